@@ -1,0 +1,85 @@
+//! A snapshot of the view sets a definition may read, built by the caller
+//! from the tables for one validation and passed down — never global state.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::schema;
+use arrow_schema::SchemaRef;
+use serde::Deserialize;
+use std::collections::HashMap;
+
+/// How the daemon treats a view set as a source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SourceKind {
+    /// A raw, insert_time-bearing table (blocks): the only kind a count query may read.
+    Raw,
+    /// A materialized view set (built-in or DDL).
+    Materialized,
+    /// Only reachable through `view_instance(...)`: no global instance.
+    InstanceOnly,
+}
+
+#[derive(Debug, Clone)]
+pub struct CatalogEntry {
+    pub name: String,
+    pub schema: SchemaRef,
+    pub update_group: Option<i32>,
+    pub kind: SourceKind,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    entries: HashMap<String, CatalogEntry>,
+}
+
+#[derive(Deserialize)]
+struct JsonEntry {
+    name: String,
+    schema_ipc: Option<String>,
+    update_group: Option<i32>,
+    kind: SourceKind,
+}
+
+impl Catalog {
+    pub fn new(entries: impl IntoIterator<Item = CatalogEntry>) -> Self {
+        Catalog {
+            entries: entries.into_iter().map(|e| (e.name.clone(), e)).collect(),
+        }
+    }
+
+    /// Reads `[{"name", "schema_ipc", "update_group", "kind"}, …]`, the form the
+    /// SQL side aggregates from `builtin_view_sets` and the definitions table.
+    pub fn from_json(value: &serde_json::Value) -> Result<Self> {
+        let rows: Vec<JsonEntry> = serde_json::from_value(value.clone()).map_err(|e| {
+            Error::new(ErrorKind::Internal, "malformed catalog snapshot").with_detail(e.to_string())
+        })?;
+        let mut entries = Vec::with_capacity(rows.len());
+        for row in rows {
+            let schema = match &row.schema_ipc {
+                Some(ipc) => schema::from_ipc_base64(ipc).map_err(|e| {
+                    Error::new(
+                        ErrorKind::InvalidSchema,
+                        format!("stored schema of view set \"{}\" cannot be read", row.name),
+                    )
+                    .with_detail(e.detail.unwrap_or(e.message))
+                })?,
+                None => SchemaRef::new(arrow_schema::Schema::empty()),
+            };
+            entries.push(CatalogEntry {
+                name: row.name,
+                schema,
+                update_group: row.update_group,
+                kind: row.kind,
+            });
+        }
+        Ok(Catalog::new(entries))
+    }
+
+    pub fn get(&self, name: &str) -> Option<&CatalogEntry> {
+        self.entries.get(name)
+    }
+
+    pub fn insert(&mut self, entry: CatalogEntry) {
+        self.entries.insert(entry.name.clone(), entry);
+    }
+}

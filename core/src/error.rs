@@ -1,0 +1,88 @@
+//! The one error type of the core. The pgrx shell maps [`ErrorKind`] to a
+//! SQLSTATE in exactly one place (`src/pg/errors.rs`).
+
+use std::fmt;
+
+/// What went wrong, at the granularity of a Postgres SQLSTATE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The statement does not follow the DDL grammar (42601 syntax_error).
+    Syntax,
+    /// An option is unknown, repeated, missing or malformed (22023 invalid_parameter_value).
+    InvalidOption,
+    /// The view name is not a lower-case identifier (42602 invalid_name).
+    InvalidName,
+    /// The view name is reserved (42939 reserved_name).
+    ReservedName,
+    /// A check on the planned queries failed (42P17 invalid_object_definition).
+    InvalidDefinition,
+    /// A built-in schema could not be decoded (22P02 invalid_text_representation).
+    InvalidSchema,
+    /// The input is too large or too deep to process (54000 program_limit_exceeded).
+    ProgramLimit,
+    /// A bug: a panic or an impossible state (XX000 internal_error).
+    Internal,
+}
+
+/// An error with the parts Postgres reports: message, DETAIL and HINT.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Error {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+impl Error {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Error {
+            kind,
+            message: message.into(),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    pub fn with_detail(mut self, detail: impl Into<String>) -> Self {
+        self.detail = Some(detail.into());
+        self
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn syntax(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Syntax, message)
+    }
+
+    pub fn option(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidOption, message)
+    }
+
+    pub fn definition(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::InvalidDefinition, message)
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Internal, message)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.message)?;
+        if let Some(detail) = &self.detail {
+            write!(f, "\nDETAIL: {detail}")?;
+        }
+        if let Some(hint) = &self.hint {
+            write!(f, "\nHINT: {hint}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

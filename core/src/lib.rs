@@ -1,0 +1,26 @@
+//! The pure-Rust core of micromegas_views: no pgrx, no Postgres.
+//!
+//! The data's path: [`ddl`] parses a statement, [`options`] turns it into a
+//! [`Definition`], [`planner`] plans its queries against a [`Catalog`],
+//! [`checks`] runs seed 000's CREATE-time checks, [`schema`] encodes and
+//! hashes the result. [`isolate`] runs it all on a big-stack helper thread.
+
+pub mod builtins;
+pub mod catalog;
+pub mod checks;
+pub mod ddl;
+pub mod error;
+pub mod functions;
+pub mod isolate;
+pub mod options;
+pub mod planner;
+pub mod schema;
+
+pub use catalog::{Catalog, CatalogEntry, SourceKind};
+pub use checks::{referenced_relations, validate, Validated};
+pub use ddl::{parse, Statement};
+pub use error::{Error, ErrorKind, Result};
+pub use options::Definition;
+
+#[cfg(test)]
+mod tests;

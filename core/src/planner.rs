@@ -1,0 +1,313 @@
+//! DataFusion planning of one query against a [`Catalog`], behind the
+//! `ContextProvider` seam of `datafusion-sql`. Planning is synchronous and
+//! never executes anything.
+
+use crate::catalog::{Catalog, SourceKind};
+use crate::error::{Error, ErrorKind, Result};
+use crate::functions::{registry, FunctionRegistry};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{plan_err, DataFusionError, Result as DfResult, TableReference};
+use datafusion_expr::logical_plan::builder::LogicalTableSource;
+use datafusion_expr::planner::{ContextProvider, ExprPlanner};
+use datafusion_expr::{
+    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
+};
+use datafusion_optimizer::Analyzer;
+use datafusion_sql::parser::{DFParserBuilder, Statement as DfStatement};
+use datafusion_sql::planner::SqlToRel;
+use sqlparser::ast::{Statement as SqlStatement, Visit, Visitor};
+use std::ops::ControlFlow;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+/// The table `{source}` stands for while the merge query is planned.
+pub const SOURCE_TABLE: &str = "__mm_source";
+/// What `{begin}` and `{end}` stand for while planning.
+pub const BEGIN_VALUE: &str = "2024-01-01T00:00:00+00:00";
+pub const END_VALUE: &str = "2024-01-02T00:00:00+00:00";
+/// Parser nesting limit: deeper input is an error, never a deep recursion.
+pub const PARSER_RECURSION_LIMIT: usize = 256;
+/// Expression and subquery nesting limit, checked right after parsing. A
+/// long operator chain (`1 + 1 + …`) parses without recursion into a deep
+/// tree; everything downstream walks it recursively, so depth is capped here.
+pub const MAX_NESTING: usize = 500;
+
+/// Substitutes the placeholders the services substitute at run time.
+pub fn substitute(query: &str) -> String {
+    query
+        .replace("{begin}", BEGIN_VALUE)
+        .replace("{end}", END_VALUE)
+        .replace("{source}", SOURCE_TABLE)
+}
+
+/// Parses one option's text: exactly one statement, and a read-only query.
+pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query>> {
+    let text = substitute(text);
+    let mut parser = DFParserBuilder::new(text.as_str())
+        .with_recursion_limit(PARSER_RECURSION_LIMIT)
+        .build()
+        .map_err(|e| does_not_parse(option, &e))?;
+    let mut statements = parser
+        .parse_statements()
+        .map_err(|e| does_not_parse(option, &e))?;
+    if statements.len() != 1 {
+        return Err(Error::definition(format!(
+            "{option} must hold exactly one query, found {} statements",
+            statements.len()
+        )));
+    }
+    let kind = match statements.pop_front().expect("one statement") {
+        DfStatement::Statement(statement) => match *statement {
+            SqlStatement::Query(query) => {
+                check_nesting(option, &query)?;
+                return Ok(query);
+            }
+            other => statement_kind(&other),
+        },
+        DfStatement::CreateExternalTable(_) => "CREATE EXTERNAL TABLE".to_string(),
+        DfStatement::CopyTo(_) => "COPY … TO".to_string(),
+        DfStatement::Explain(_) => "EXPLAIN".to_string(),
+        DfStatement::Reset(_) => "RESET".to_string(),
+    };
+    Err(Error::definition(format!(
+        "{option} must be a read-only query, not {kind}"
+    ))
+    .with_detail("A definition's queries may not embed DDL, DML or session statements."))
+}
+
+struct NestingGuard {
+    depth: usize,
+}
+
+impl Visitor for NestingGuard {
+    type Break = ();
+
+    fn pre_visit_expr(&mut self, _expr: &sqlparser::ast::Expr) -> ControlFlow<()> {
+        self.enter()
+    }
+
+    fn post_visit_expr(&mut self, _expr: &sqlparser::ast::Expr) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_query(&mut self, _query: &sqlparser::ast::Query) -> ControlFlow<()> {
+        self.enter()
+    }
+
+    fn post_visit_query(&mut self, _query: &sqlparser::ast::Query) -> ControlFlow<()> {
+        self.depth -= 1;
+        ControlFlow::Continue(())
+    }
+}
+
+impl NestingGuard {
+    fn enter(&mut self) -> ControlFlow<()> {
+        self.depth += 1;
+        if self.depth > MAX_NESTING {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+}
+
+fn check_nesting(option: &str, query: &sqlparser::ast::Query) -> Result<()> {
+    let mut guard = NestingGuard { depth: 0 };
+    if query.visit(&mut guard).is_break() {
+        return Err(Error::new(
+            ErrorKind::ProgramLimit,
+            format!("{option} is nested too deeply"),
+        )
+        .with_detail(format!(
+            "Expressions and subqueries may nest at most {MAX_NESTING} levels."
+        )));
+    }
+    Ok(())
+}
+
+fn statement_kind(statement: &SqlStatement) -> String {
+    let text = statement.to_string();
+    let words: Vec<&str> = text.split_whitespace().take(2).collect();
+    match words.as_slice() {
+        [first, second] if first.eq_ignore_ascii_case("create") || first.eq_ignore_ascii_case("drop") || first.eq_ignore_ascii_case("alter") => {
+            format!("{} {}", first.to_uppercase(), second.to_uppercase())
+        }
+        [first, ..] => first.to_uppercase(),
+        [] => "an empty statement".to_string(),
+    }
+}
+
+fn does_not_parse(option: &str, e: &DataFusionError) -> Error {
+    Error::definition(format!("{option} does not parse: {}", first_line(&df_message(e))))
+        .with_detail(df_message(e))
+}
+
+/// DataFusion's own message, without its "Error during planning:"-style prefixes.
+pub fn df_message(e: &DataFusionError) -> String {
+    match e.find_root() {
+        DataFusionError::Plan(s)
+        | DataFusionError::NotImplemented(s)
+        | DataFusionError::Execution(s)
+        | DataFusionError::Configuration(s) => s.clone(),
+        DataFusionError::SchemaError(s, _) => s.to_string(),
+        DataFusionError::SQL(s, _) => s.to_string(),
+        DataFusionError::ArrowError(s, _) => s.to_string(),
+        other => other.strip_backtrace(),
+    }
+}
+
+pub fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
+
+struct Provider<'a> {
+    catalog: &'a Catalog,
+    source: Option<SchemaRef>,
+    registry: &'static FunctionRegistry,
+    options: &'static ConfigOptions,
+    /// Tables asked for and not known, for a message that names them.
+    missing: RefCell<Vec<String>>,
+    /// Instance-only view sets asked for.
+    instance_only: RefCell<Vec<String>>,
+}
+
+fn config() -> &'static ConfigOptions {
+    static OPTIONS: OnceLock<ConfigOptions> = OnceLock::new();
+    OPTIONS.get_or_init(ConfigOptions::default)
+}
+
+impl ContextProvider for Provider<'_> {
+    fn get_table_source(&self, name: TableReference) -> DfResult<Arc<dyn TableSource>> {
+        let TableReference::Bare { table } = &name else {
+            self.missing.borrow_mut().push(name.to_string());
+            return plan_err!("table \"{name}\" not found: view sets are named without a schema or catalog");
+        };
+        if table.as_ref() == SOURCE_TABLE {
+            if let Some(schema) = &self.source {
+                return Ok(Arc::new(LogicalTableSource::new(Arc::clone(schema))));
+            }
+        }
+        match self.catalog.get(table) {
+            Some(entry) if entry.kind == SourceKind::InstanceOnly => {
+                self.instance_only.borrow_mut().push(table.to_string());
+                plan_err!("view set \"{table}\" has no global instance")
+            }
+            Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),
+            None => {
+                self.missing.borrow_mut().push(table.to_string());
+                plan_err!("table \"{table}\" not found")
+            }
+        }
+    }
+
+    fn get_table_function_source(
+        &self,
+        name: &str,
+        _args: Vec<Expr>,
+    ) -> DfResult<Arc<dyn TableSource>> {
+        match self.registry.table_functions.get(name) {
+            Some(fields) => Ok(Arc::new(LogicalTableSource::new(Arc::new(Schema::new(
+                fields.clone(),
+            ))))),
+            None => plan_err!("table function \"{name}\" not found"),
+        }
+    }
+
+    fn get_expr_planners(&self) -> &[Arc<dyn ExprPlanner>] {
+        &self.registry.expr_planners
+    }
+
+    fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        self.registry.scalars.get(name).cloned()
+    }
+
+    fn get_higher_order_meta(&self, name: &str) -> Option<Arc<HigherOrderUDF>> {
+        self.registry.higher_order.get(name).cloned()
+    }
+
+    fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        self.registry.aggregates.get(name).cloned()
+    }
+
+    fn get_window_meta(&self, name: &str) -> Option<Arc<WindowUDF>> {
+        self.registry.windows.get(name).cloned()
+    }
+
+    fn get_variable_type(&self, _variable_names: &[String]) -> Option<DataType> {
+        None
+    }
+
+    fn options(&self) -> &ConfigOptions {
+        self.options
+    }
+
+    fn udf_names(&self) -> Vec<String> {
+        self.registry.scalars.keys().cloned().collect()
+    }
+
+    fn higher_order_function_names(&self) -> Vec<String> {
+        self.registry.higher_order.keys().cloned().collect()
+    }
+
+    fn udaf_names(&self) -> Vec<String> {
+        self.registry.aggregates.keys().cloned().collect()
+    }
+
+    fn udwf_names(&self) -> Vec<String> {
+        self.registry.windows.keys().cloned().collect()
+    }
+}
+
+/// Plans a parsed query (type coercion included) and returns the plan.
+/// `source` is the schema `{source}` stands for, when planning a merge query.
+pub fn plan(
+    option: &str,
+    query: Box<sqlparser::ast::Query>,
+    catalog: &Catalog,
+    source: Option<SchemaRef>,
+) -> Result<LogicalPlan> {
+    let provider = Provider {
+        catalog,
+        source,
+        registry: registry(),
+        options: config(),
+        missing: RefCell::new(Vec::new()),
+        instance_only: RefCell::new(Vec::new()),
+    };
+    let planned = SqlToRel::new(&provider)
+        .sql_statement_to_plan(SqlStatement::Query(query))
+        .and_then(|plan| Analyzer::new().execute_and_check(plan, config(), |_, _| {}));
+    planned.map_err(|e| {
+        let detail = df_message(&e);
+        if let Some(name) = provider.instance_only.borrow().first() {
+            return Error::definition(format!(
+                "{option} reads view set \"{name}\", which has no global instance"
+            ))
+            .with_detail(format!(
+                "\"{name}\" is only reachable through view_instance(), which a definition may not call."
+            ));
+        }
+        if let Some(name) = provider.missing.borrow().first() {
+            return Error::definition(format!(
+                "{option} reads \"{name}\", which is not a known view set"
+            ))
+            .with_detail(detail)
+            .with_hint("A definition reads built-in view sets and other materialized views by their unqualified name.");
+        }
+        Error::definition(format!("{option} does not plan: {}", first_line(&detail)))
+            .with_detail(detail)
+    })
+}
+
+/// The Arrow schema a plan produces (unqualified names).
+pub fn output_schema(plan: &LogicalPlan) -> SchemaRef {
+    let fields: Vec<Field> = plan
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    Arc::new(Schema::new(fields))
+}

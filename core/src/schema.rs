@@ -1,0 +1,332 @@
+//! Arrow schemas as stored: base64 Arrow IPC, JSON, a readable string, and
+//! the portable schema hash.
+//!
+//! The schema hash is xxhash64 (seed 0) of the canonical encoding below,
+//! stored as 8 bytes, big-endian. The encoding is this extension's own, so it
+//! does not move when arrow changes how it prints types:
+//!
+//! ```text
+//! micromegas-schema-v1\n
+//! then per field, in order:  <name as a JSON string>:<type>\n
+//! ```
+//!
+//! `<type>` is one of `null bool int8 int16 int32 int64 uint8 uint16 uint32
+//! uint64 float16 float32 float64 utf8 large_utf8 utf8_view binary
+//! large_binary binary_view date32 date64`, or `fixed_size_binary(n)`,
+//! `timestamp(unit)`, `timestamp(unit,"tz")`, `time32(unit)`, `time64(unit)`,
+//! `duration(unit)` (unit `s ms us ns`), `interval(year_month|day_time|month_day_nano)`,
+//! `decimal32|64|128|256(p,s)`, `list(t)`, `large_list(t)`, `list_view(t)`,
+//! `large_list_view(t)`, `fixed_size_list(n,t)`, `struct("a":t,"b":t)`,
+//! `map("entries":struct(…),sorted|unsorted)`, `dictionary(k,v)`,
+//! `run_end_encoded(r,v)`, `union(sparse|dense,id:"name":t,…)`.
+//! Nullability and metadata never take part; neither do the names of list
+//! item fields (producers disagree on `item` vs `element`); struct, map and
+//! union field names do.
+
+use crate::error::{Error, ErrorKind, Result};
+use arrow_schema::{DataType, Field, IntervalUnit, Schema, SchemaRef, TimeUnit, UnionMode};
+use base64::Engine;
+use std::str::FromStr;
+use std::sync::Arc;
+
+const CANONICAL_HEADER: &str = "micromegas-schema-v1\n";
+
+/// The canonical encoding hashed by [`schema_hash`].
+pub fn canonical_encoding(schema: &Schema) -> String {
+    let mut out = String::from(CANONICAL_HEADER);
+    for field in schema.fields() {
+        out.push_str(&named(field));
+        out.push('\n');
+    }
+    out
+}
+
+/// xxhash64 of the canonical encoding.
+pub fn schema_hash(schema: &Schema) -> u64 {
+    xxhash_rust::xxh64::xxh64(canonical_encoding(schema).as_bytes(), 0)
+}
+
+/// The hash as stored in `bytea` columns: 8 bytes, big-endian.
+pub fn schema_hash_bytes(schema: &Schema) -> [u8; 8] {
+    schema_hash(schema).to_be_bytes()
+}
+
+fn named(field: &Field) -> String {
+    format!("{}:{}", json_string(field.name()), canonical_type(field.data_type()))
+}
+
+fn json_string(s: &str) -> String {
+    serde_json::to_string(s).expect("strings serialize")
+}
+
+fn unit(u: &TimeUnit) -> &'static str {
+    match u {
+        TimeUnit::Second => "s",
+        TimeUnit::Millisecond => "ms",
+        TimeUnit::Microsecond => "us",
+        TimeUnit::Nanosecond => "ns",
+    }
+}
+
+/// The canonical spelling of one data type.
+pub fn canonical_type(t: &DataType) -> String {
+    use DataType::*;
+    match t {
+        Null => "null".into(),
+        Boolean => "bool".into(),
+        Int8 => "int8".into(),
+        Int16 => "int16".into(),
+        Int32 => "int32".into(),
+        Int64 => "int64".into(),
+        UInt8 => "uint8".into(),
+        UInt16 => "uint16".into(),
+        UInt32 => "uint32".into(),
+        UInt64 => "uint64".into(),
+        Float16 => "float16".into(),
+        Float32 => "float32".into(),
+        Float64 => "float64".into(),
+        Utf8 => "utf8".into(),
+        LargeUtf8 => "large_utf8".into(),
+        Utf8View => "utf8_view".into(),
+        Binary => "binary".into(),
+        LargeBinary => "large_binary".into(),
+        BinaryView => "binary_view".into(),
+        FixedSizeBinary(n) => format!("fixed_size_binary({n})"),
+        Date32 => "date32".into(),
+        Date64 => "date64".into(),
+        Timestamp(u, None) => format!("timestamp({})", unit(u)),
+        Timestamp(u, Some(tz)) => format!("timestamp({},{})", unit(u), json_string(tz)),
+        Time32(u) => format!("time32({})", unit(u)),
+        Time64(u) => format!("time64({})", unit(u)),
+        Duration(u) => format!("duration({})", unit(u)),
+        Interval(IntervalUnit::YearMonth) => "interval(year_month)".into(),
+        Interval(IntervalUnit::DayTime) => "interval(day_time)".into(),
+        Interval(IntervalUnit::MonthDayNano) => "interval(month_day_nano)".into(),
+        Decimal32(p, s) => format!("decimal32({p},{s})"),
+        Decimal64(p, s) => format!("decimal64({p},{s})"),
+        Decimal128(p, s) => format!("decimal128({p},{s})"),
+        Decimal256(p, s) => format!("decimal256({p},{s})"),
+        List(f) => format!("list({})", canonical_type(f.data_type())),
+        LargeList(f) => format!("large_list({})", canonical_type(f.data_type())),
+        ListView(f) => format!("list_view({})", canonical_type(f.data_type())),
+        LargeListView(f) => format!("large_list_view({})", canonical_type(f.data_type())),
+        FixedSizeList(f, n) => format!("fixed_size_list({n},{})", canonical_type(f.data_type())),
+        Struct(fields) => {
+            let inner: Vec<String> = fields.iter().map(|f| named(f)).collect();
+            format!("struct({})", inner.join(","))
+        }
+        Map(f, sorted) => format!(
+            "map({},{})",
+            named(f),
+            if *sorted { "sorted" } else { "unsorted" }
+        ),
+        Dictionary(k, v) => format!("dictionary({},{})", canonical_type(k), canonical_type(v)),
+        RunEndEncoded(r, v) => format!(
+            "run_end_encoded({},{})",
+            canonical_type(r.data_type()),
+            canonical_type(v.data_type())
+        ),
+        Union(fields, mode) => {
+            let inner: Vec<String> = fields
+                .iter()
+                .map(|(id, f)| format!("{id}:{}", named(f)))
+                .collect();
+            let mode = match mode {
+                UnionMode::Sparse => "sparse",
+                UnionMode::Dense => "dense",
+            };
+            format!("union({mode},{})", inner.join(","))
+        }
+    }
+}
+
+/// Base64 of an Arrow IPC stream holding the schema and no batch (what
+/// `pyarrow.ipc.open_stream(...).schema` reads).
+pub fn to_ipc_base64(schema: &Schema) -> Result<String> {
+    let mut buffer = Vec::new();
+    {
+        let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut buffer, schema)
+            .map_err(|e| Error::internal(format!("cannot encode schema as Arrow IPC: {e}")))?;
+        writer
+            .finish()
+            .map_err(|e| Error::internal(format!("cannot encode schema as Arrow IPC: {e}")))?;
+    }
+    Ok(base64::engine::general_purpose::STANDARD.encode(buffer))
+}
+
+pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
+    let bad = |e: String| {
+        Error::new(ErrorKind::InvalidSchema, "invalid Arrow IPC schema").with_detail(e)
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .map_err(|e| bad(format!("not base64: {e}")))?;
+    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(reader.schema())
+}
+
+/// The JSON form: `{"fields": [{"name": …, "type": "<arrow type>", "nullable": …}]}`
+/// where the type is spelled as arrow prints it (e.g. `Dictionary(Int32, Utf8)`).
+pub fn to_json(schema: &Schema) -> serde_json::Value {
+    let fields: Vec<serde_json::Value> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            serde_json::json!({
+                "name": f.name(),
+                "type": f.data_type().to_string(),
+                "nullable": f.is_nullable(),
+            })
+        })
+        .collect();
+    serde_json::json!({ "fields": fields })
+}
+
+/// Reads the JSON form; a bare array of fields is accepted too, and
+/// `nullable` defaults to true.
+pub fn from_json(value: &serde_json::Value) -> Result<SchemaRef> {
+    let bad = |detail: String| {
+        Error::new(ErrorKind::InvalidSchema, "invalid JSON schema").with_detail(detail)
+    };
+    let fields = match value {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(o) => match o.get("fields") {
+            Some(serde_json::Value::Array(items)) => items,
+            _ => return Err(bad("expected an object with a \"fields\" array".into())),
+        },
+        _ => return Err(bad("expected an object with a \"fields\" array".into())),
+    };
+    let mut out = Vec::with_capacity(fields.len());
+    for (i, f) in fields.iter().enumerate() {
+        let name = f
+            .get("name")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| bad(format!("field {} has no \"name\" string", i + 1)))?;
+        let type_text = f
+            .get("type")
+            .and_then(|n| n.as_str())
+            .ok_or_else(|| bad(format!("field \"{name}\" has no \"type\" string")))?;
+        let data_type = DataType::from_str(type_text)
+            .map_err(|e| bad(format!("field \"{name}\": cannot parse type \"{type_text}\": {e}")))?;
+        let nullable = match f.get("nullable") {
+            None | Some(serde_json::Value::Null) => true,
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(_) => return Err(bad(format!("field \"{name}\": \"nullable\" must be a boolean"))),
+        };
+        if out.iter().any(|f: &Field| f.name() == name) {
+            return Err(bad(format!("field \"{name}\" appears more than once")));
+        }
+        out.push(Field::new(name, data_type, nullable));
+    }
+    Ok(Arc::new(Schema::new(out)))
+}
+
+/// Reads either form: JSON when the text starts with `{` or `[`, else base64 IPC.
+pub fn parse_any(text: &str) -> Result<SchemaRef> {
+    let trimmed = text.trim_start();
+    if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        let value: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| {
+            Error::new(ErrorKind::InvalidSchema, "invalid JSON schema").with_detail(e.to_string())
+        })?;
+        from_json(&value)
+    } else {
+        from_ipc_base64(trimmed)
+    }
+}
+
+/// One line per field, `name: Type`, as `list_view_sets().schema` shows it.
+pub fn format(schema: &Schema) -> String {
+    schema
+        .fields()
+        .iter()
+        .map(|f| {
+            format!(
+                "{}: {}{}",
+                f.name(),
+                f.data_type(),
+                if f.is_nullable() { "" } else { " not null" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Schema {
+        Schema::new(vec![
+            Field::new("time_bin", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())), true),
+            Field::new("target", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), true),
+            Field::new("count", DataType::Int64, false),
+            Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+        ])
+    }
+
+    #[test]
+    fn canonical_encoding_is_documented_form() {
+        assert_eq!(
+            canonical_encoding(&sample()),
+            "micromegas-schema-v1\n\"time_bin\":timestamp(ns,\"+00:00\")\n\"target\":dictionary(int32,utf8)\n\"count\":int64\n\"tags\":list(utf8)\n"
+        );
+    }
+
+    #[test]
+    fn hash_is_pinned() {
+        // A change here breaks every stored partition's schema hash: never
+        // update this value, add a new encoding version instead.
+        assert_eq!(schema_hash(&sample()), xxhash_rust::xxh64::xxh64(canonical_encoding(&sample()).as_bytes(), 0));
+        assert_eq!(format!("{:016x}", schema_hash(&sample())), "902fe09f6ac56860");
+    }
+
+    #[test]
+    fn hash_ignores_nullability_metadata_and_list_item_names() {
+        let other = Schema::new(vec![
+            Field::new("time_bin", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())), false),
+            Field::new("target", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), false),
+            Field::new("count", DataType::Int64, true),
+            Field::new("tags", DataType::List(Arc::new(Field::new("element", DataType::Utf8, false))), true),
+        ])
+        .with_metadata([("k".to_string(), "v".to_string())].into());
+        assert_eq!(schema_hash(&sample()), schema_hash(&other));
+    }
+
+    #[test]
+    fn hash_sees_names_types_and_order() {
+        let base = schema_hash(&sample());
+        let mut fields: Vec<Field> = sample().fields().iter().map(|f| f.as_ref().clone()).collect();
+        fields.swap(0, 1);
+        assert_ne!(base, schema_hash(&Schema::new(fields.clone())));
+        fields.swap(0, 1);
+        fields[2] = Field::new("count", DataType::Int32, false);
+        assert_ne!(base, schema_hash(&Schema::new(fields.clone())));
+        fields[2] = Field::new("total", DataType::Int64, false);
+        assert_ne!(base, schema_hash(&Schema::new(fields)));
+    }
+
+    #[test]
+    fn ipc_round_trip() {
+        let text = to_ipc_base64(&sample()).unwrap();
+        assert_eq!(from_ipc_base64(&text).unwrap().as_ref(), &sample());
+        assert_eq!(parse_any(&text).unwrap().as_ref(), &sample());
+        let e = from_ipc_base64("not base64!").unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidSchema);
+        let e = from_ipc_base64("AAAA").unwrap_err();
+        assert_eq!(e.message, "invalid Arrow IPC schema");
+    }
+
+    #[test]
+    fn json_round_trip() {
+        let json = to_json(&sample());
+        assert_eq!(from_json(&json).unwrap().as_ref(), &sample());
+        let parsed = parse_any(r#"[{"name": "t", "type": "Timestamp(Nanosecond, Some(\"+00:00\"))"}, {"name": "d", "type": "Dictionary(Int32, Binary)", "nullable": false}]"#).unwrap();
+        assert_eq!(parsed.field(0).data_type(), &DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())));
+        assert!(!parsed.field(1).is_nullable());
+        let e = parse_any(r#"[{"name": "t", "type": "Nope"}]"#).unwrap_err();
+        assert!(e.detail.unwrap().starts_with("field \"t\": cannot parse type \"Nope\""));
+        let e = parse_any(r#"[{"name": "t", "type": "Utf8"}, {"name": "t", "type": "Utf8"}]"#).unwrap_err();
+        assert_eq!(e.detail.as_deref(), Some("field \"t\" appears more than once"));
+    }
+}

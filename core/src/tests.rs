@@ -1,0 +1,398 @@
+//! Table-driven tests of every CREATE-time check: one accepted and at least
+//! one rejected case each, asserting the message.
+
+use crate::builtins::{builtin_catalog, LOG_STATS_SQL};
+use crate::catalog::{Catalog, CatalogEntry, SourceKind};
+use crate::checks::{referenced_relations, validate, Validated};
+use crate::ddl::{parse, Statement};
+use crate::error::{ErrorKind, Result};
+use crate::options::Definition;
+use crate::schema;
+
+fn definition(text: &str) -> Definition {
+    match parse(text).unwrap() {
+        Statement::Create(c) => Definition::from_statement(&c).unwrap(),
+        _ => panic!("not a CREATE"),
+    }
+}
+
+const EXTRACT: &str = "SELECT date_bin('1 minute', time) AS time_bin, target, count(*) AS count, arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}' GROUP BY time_bin, target, audience";
+const COUNT: &str = "SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'";
+const MERGE: &str = "SELECT time_bin, target, sum(count) AS count, audience FROM {source} GROUP BY time_bin, target, audience";
+
+/// A statement from the seed's example, with any option replaced.
+fn statement(name: &str, overrides: &[(&str, &str)]) -> String {
+    let mut options: Vec<(String, String)> = vec![
+        ("extract_query".into(), format!("$q${EXTRACT}$q$")),
+        ("count_src_query".into(), format!("$q${COUNT}$q$")),
+        ("merge_partitions_query".into(), format!("$q${MERGE}$q$")),
+        ("update_group".into(), "4000".into()),
+        ("time_column".into(), "'time_bin'".into()),
+        ("merge_sort_order".into(), "'time_bin, target'".into()),
+    ];
+    for (key, value) in overrides {
+        let literal = match *key {
+            "update_group" => value.to_string(),
+            k if k.ends_with("_query") => format!("$q${value}$q$"),
+            _ => format!("'{value}'"),
+        };
+        match options.iter_mut().find(|(k, _)| k == key) {
+            Some(slot) => slot.1 = literal,
+            None => options.push((key.to_string(), literal)),
+        }
+    }
+    let body: Vec<String> = options.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+    format!("CREATE MATERIALIZED VIEW {name} WITH ({})", body.join(",\n"))
+}
+
+fn check(overrides: &[(&str, &str)]) -> Result<Validated> {
+    validate(&definition(&statement("v", overrides)), &builtin_catalog())
+}
+
+fn rejected(overrides: &[(&str, &str)]) -> String {
+    let e = check(overrides).expect_err("should be rejected");
+    assert_eq!(e.kind, ErrorKind::InvalidDefinition, "{e}");
+    e.message
+}
+
+#[test]
+fn seed_example_validates() {
+    let v = check(&[]).unwrap();
+    let names: Vec<&str> = v.schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["time_bin", "target", "count", "audience"]);
+    assert_eq!(v.reads, ["blocks", "log_entries"]);
+}
+
+#[test]
+fn shipped_log_stats_validates() {
+    let d = definition(LOG_STATS_SQL);
+    assert_eq!(d.name, "log_stats");
+    let v = validate(&d, &builtin_catalog()).unwrap();
+    assert_eq!(
+        schema::canonical_encoding(&v.schema),
+        "micromegas-schema-v1\n\"time_bin\":timestamp(ns,\"+00:00\")\n\"process_id\":dictionary(int32,utf8)\n\"level\":int32\n\"target\":dictionary(int32,utf8)\n\"count\":int64\n\"audience\":dictionary(int32,utf8)\n"
+    );
+    assert_eq!(v.schema_hash, schema::schema_hash(&v.schema));
+    assert_eq!(v.reads, ["blocks", "log_entries"]);
+}
+
+fn catalog_with_log_stats() -> Catalog {
+    let mut catalog = builtin_catalog();
+    let v = validate(&definition(LOG_STATS_SQL), &catalog).unwrap();
+    catalog.insert(CatalogEntry {
+        name: "log_stats".into(),
+        schema: v.schema,
+        update_group: Some(3000),
+        kind: SourceKind::Materialized,
+    });
+    catalog
+}
+
+fn over_log_stats(group: &str) -> String {
+    statement(
+        "daily",
+        &[
+            ("extract_query", "SELECT date_bin('1 day', time_bin) AS day, process_id, sum(count) AS count FROM log_stats WHERE time_bin >= '{begin}' AND time_bin < '{end}' GROUP BY day, process_id"),
+            ("merge_partitions_query", "SELECT day, process_id, sum(count) AS count FROM {source} GROUP BY day, process_id"),
+            ("time_column", "day"),
+            ("merge_sort_order", "day"),
+            ("update_group", group),
+        ],
+    )
+}
+
+#[test]
+fn view_over_log_stats_respects_group_order() {
+    let catalog = catalog_with_log_stats();
+    let v = validate(&definition(&over_log_stats("4000")), &catalog).unwrap();
+    assert_eq!(v.reads, ["blocks", "log_stats"]);
+    let e = validate(&definition(&over_log_stats("3000")), &catalog).unwrap_err();
+    assert_eq!(
+        e.message,
+        "update_group 3000 must be greater than 3000, the update_group of \"log_stats\", which extract_query reads"
+    );
+    assert_eq!(e.hint.as_deref(), Some("Use an update_group of at least 3001."));
+}
+
+#[test]
+fn extract_query_must_plan() {
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT nope FROM log_entries")]),
+        "extract_query does not plan: No field named nope."
+    );
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT * FROM log_entriez")]),
+        "extract_query reads \"log_entriez\", which is not a known view set"
+    );
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT no_such_function(msg) FROM log_entries")]),
+        "extract_query does not plan: Invalid function 'no_such_function'."
+    );
+    assert!(rejected(&[("extract_query", "SELEC 1")]).starts_with("extract_query does not parse: "));
+}
+
+#[test]
+fn audience_or_process_id_of_string_type() {
+    // process_id alone is enough.
+    assert!(check(&[
+        ("extract_query", "SELECT time, process_id FROM log_entries"),
+        ("merge_partitions_query", "SELECT time, process_id FROM {source}"),
+        ("time_column", "time"),
+        ("merge_sort_order", "time"),
+    ])
+    .is_ok());
+    assert_eq!(
+        rejected(&[
+            ("extract_query", "SELECT time, msg FROM log_entries"),
+            ("merge_partitions_query", "SELECT time, msg FROM {source}"),
+            ("time_column", "time"),
+            ("merge_sort_order", "time"),
+        ]),
+        "extract_query output has no \"audience\" or \"process_id\" column of a string type"
+    );
+    let e = check(&[
+        ("extract_query", "SELECT time, level AS audience FROM log_entries"),
+        ("merge_partitions_query", "SELECT time, audience FROM {source}"),
+        ("time_column", "time"),
+        ("merge_sort_order", "time"),
+    ])
+    .unwrap_err();
+    assert_eq!(e.detail.as_deref(), Some("\"audience\" is Int32; a string type (Utf8, LargeUtf8, Utf8View or a dictionary of one) is needed."));
+}
+
+#[test]
+fn merge_output_matches_extract_schema() {
+    // Nullability may differ: coalesce makes count non-null.
+    assert!(check(&[("merge_partitions_query", "SELECT time_bin, target, coalesce(sum(count), 0) AS count, audience FROM {source} GROUP BY time_bin, target, audience")]).is_ok());
+    let e = check(&[("merge_partitions_query", "SELECT time_bin, target, audience, sum(count) AS count FROM {source} GROUP BY time_bin, target, audience")]).unwrap_err();
+    assert_eq!(e.message, "merge_partitions_query output does not match the extract_query schema");
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("column 3: extract_query has \"count\" Int64, merge_partitions_query has \"audience\" Dictionary(Int32, Utf8)")
+    );
+    let e = check(&[("merge_partitions_query", "SELECT time_bin, target, sum(count) AS count FROM {source} GROUP BY time_bin, target")]).unwrap_err();
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("column 4: only extract_query has a column there (\"audience\" Dictionary(Int32, Utf8)); extract_query has 4 columns, merge_partitions_query has 3")
+    );
+    let e = check(&[("merge_partitions_query", "SELECT time_bin, target, sum(count) AS total, audience FROM {source} GROUP BY time_bin, target, audience")]).unwrap_err();
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("column 3: extract_query has \"count\" Int64, merge_partitions_query has \"total\" Int64")
+    );
+    assert_eq!(
+        rejected(&[("merge_partitions_query", "SELECT nope FROM {source}")]),
+        "merge_partitions_query does not plan: No field named nope."
+    );
+}
+
+#[test]
+fn count_query_yields_one_integer_count() {
+    assert!(check(&[("count_src_query", "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]).is_ok());
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT sum(nb_objects) AS n FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query must produce exactly one column named \"count\", not (n Int64)"
+    );
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT sum(nb_objects) AS count, 1 AS x FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query must produce exactly one column named \"count\", not (count Int64, x Int64)"
+    );
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT avg(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query column \"count\" must be of an integer type, not Float64"
+    );
+}
+
+#[test]
+fn placeholders_are_required() {
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT count(*) AS count FROM blocks WHERE insert_time < '{end}'")]),
+        "count_src_query must reference {begin}"
+    );
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}'")]),
+        "count_src_query must reference {end}"
+    );
+    assert_eq!(
+        rejected(&[("merge_partitions_query", "SELECT time_bin, target, count, audience FROM log_entries")]),
+        "merge_partitions_query must reference {source}"
+    );
+}
+
+#[test]
+fn only_immutable_functions() {
+    // date_bin, arrow_cast and array_has are immutable (accepted above and in log_stats).
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT now() AS time_bin, target, count(*) AS count, arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries GROUP BY target")]),
+        "extract_query calls now(), which is not immutable"
+    );
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT sum(nb_objects) AS count FROM blocks WHERE random() < 0.5 AND insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query calls random(), which is not immutable"
+    );
+    assert_eq!(
+        rejected(&[("merge_partitions_query", "SELECT time_bin, target, sum(count) AS count, audience FROM {source} WHERE time_bin < now() GROUP BY time_bin, target, audience")]),
+        "merge_partitions_query calls now(), which is not immutable"
+    );
+    // Inside a subquery too.
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}' AND nb_objects > (SELECT random())")]),
+        "count_src_query calls random(), which is not immutable"
+    );
+}
+
+#[test]
+fn denied_functions() {
+    assert!(check(&[("extract_query", "SELECT date_bin('1 minute', time) AS time_bin, target, count(*) AS count, arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries WHERE property_get(properties, 'x') IS NOT NULL GROUP BY time_bin, target")]).is_ok());
+    for (query, name) in [
+        ("SELECT * FROM view_instance('thread_spans', 'abc')", "view_instance"),
+        ("SELECT * FROM retire_partitions('a', 'b', '{begin}', '{end}')", "retire_partitions"),
+        ("SELECT * FROM log_entries WHERE process_id IN (SELECT process_id FROM process_spans('x'))", "process_spans"),
+        ("SELECT deny_queries('x', 'y') AS x", "deny_queries"),
+        ("SELECT * FROM materialize_partitions('a', '{begin}', '{end}', 60)", "materialize_partitions"),
+        ("SELECT * FROM regenerate_partitions('a', '{begin}', '{end}', 60)", "regenerate_partitions"),
+        ("SELECT * FROM perfetto_trace_chunks('p', 'both', '{begin}', '{end}')", "perfetto_trace_chunks"),
+    ] {
+        assert_eq!(
+            rejected(&[("extract_query", query)]),
+            format!("extract_query calls {name}(), which a definition may not call")
+        );
+    }
+}
+
+#[test]
+fn group_order() {
+    assert!(check(&[("update_group", "2001")]).is_ok());
+    assert_eq!(
+        rejected(&[("update_group", "2000")]),
+        "update_group 2000 must be greater than 2000, the update_group of \"log_entries\", which extract_query reads"
+    );
+    assert_eq!(
+        rejected(&[("update_group", "-5")]),
+        "update_group -5 must be greater than 2000, the update_group of \"log_entries\", which extract_query reads"
+    );
+}
+
+#[test]
+fn merge_sort_order_columns_exist() {
+    assert!(check(&[("merge_sort_order", "audience, count")]).is_ok());
+    assert_eq!(
+        rejected(&[("merge_sort_order", "time_bin, process_id")]),
+        "merge_sort_order column \"process_id\" is not in the extract_query output"
+    );
+}
+
+#[test]
+fn time_columns_exist_and_are_nanosecond_timestamps() {
+    assert!(check(&[("min_time_column", "time_bin"), ("max_time_column", "time_bin")]).is_ok());
+    assert_eq!(
+        rejected(&[("time_column", "time")]),
+        "time column \"time\" (min_time_column) is not in the extract_query output"
+    );
+    assert_eq!(
+        rejected(&[("max_time_column", "missing")]),
+        "time column \"missing\" (max_time_column) is not in the extract_query output"
+    );
+    assert_eq!(
+        rejected(&[("time_column", "count")]),
+        "time column \"count\" (min_time_column) must be a nanosecond timestamp, not Int64"
+    );
+    assert_eq!(
+        rejected(&[
+            ("extract_query", "SELECT arrow_cast(time, 'Timestamp(Millisecond, Some(\"+00:00\"))') AS time_bin, target, count(*) AS count, arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries GROUP BY 1, target"),
+            ("merge_partitions_query", "SELECT time_bin, target, sum(count) AS count, audience FROM {source} GROUP BY time_bin, target, audience"),
+        ]),
+        "time column \"time_bin\" (min_time_column) must be a nanosecond timestamp, not Timestamp(ms, \"+00:00\")"
+    );
+}
+
+#[test]
+fn only_read_only_queries() {
+    for (query, kind) in [
+        ("CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/tmp/x'", "CREATE EXTERNAL TABLE"),
+        ("COPY (SELECT 1) TO '/tmp/x'", "COPY … TO"),
+        ("INSERT INTO log_entries VALUES (1)", "INSERT"),
+        ("SET datafusion.execution.batch_size = 1", "SET"),
+        ("DELETE FROM log_entries", "DELETE"),
+        ("DROP TABLE log_entries", "DROP TABLE"),
+    ] {
+        assert_eq!(
+            rejected(&[("extract_query", query)]),
+            format!("extract_query must be a read-only query, not {kind}"),
+            "{query}"
+        );
+    }
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT 1; SELECT 2")]),
+        "extract_query must hold exactly one query, found 2 statements"
+    );
+    // A trailing semicolon is still one query.
+    assert!(check(&[("extract_query", &format!("{EXTRACT};"))]).is_ok());
+}
+
+#[test]
+fn count_reads_only_raw_tables() {
+    // An extract reading blocks directly may count blocks (seed example above).
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT count(*) AS count FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query reads \"log_entries\", which is not a raw insert_time-bearing table"
+    );
+    let e = validate(
+        &definition(&statement("v", &[("count_src_query", "SELECT sum(count) AS count FROM log_stats WHERE time_bin >= '{begin}' AND time_bin < '{end}'")])),
+        &catalog_with_log_stats(),
+    )
+    .unwrap_err();
+    assert_eq!(e.message, "count_src_query reads \"log_stats\", which is not a raw insert_time-bearing table");
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT 1 AS count WHERE '{begin}' < '{end}'")]),
+        "count_src_query reads no raw table"
+    );
+}
+
+#[test]
+fn instance_only_sets_are_not_readable() {
+    assert_eq!(
+        rejected(&[("extract_query", "SELECT * FROM thread_spans")]),
+        "extract_query reads view set \"thread_spans\", which has no global instance"
+    );
+}
+
+#[test]
+fn real_micromegas_functions_plan() {
+    let v = check(&[
+        ("extract_query", "SELECT date_bin('1 minute', time) AS time_bin, process_id, make_histogram(0.0, 100.0, 100, value) AS h, property_get(process_properties, 'exe') AS process_exe, jsonb_as_string(jsonb_get(properties_to_jsonb(properties), 'k')) AS k FROM measures WHERE name = 'cpu' GROUP BY 1, 2, 4, 5"),
+        ("merge_partitions_query", "SELECT time_bin, process_id, sum_histograms(h) AS h, process_exe, k FROM {source} GROUP BY time_bin, process_id, process_exe, k"),
+        ("merge_sort_order", "time_bin"),
+    ])
+    .unwrap();
+    assert_eq!(v.schema.field(2).data_type(), &crate::functions::histogram_type());
+}
+
+#[test]
+fn relations_are_collected_for_the_catalog_snapshot() {
+    let d = definition(&over_log_stats("4000"));
+    assert_eq!(referenced_relations(&d).unwrap(), ["blocks", "log_stats"]);
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let deep = format!("SELECT {}1{} AS x", "(".repeat(10_000), ")".repeat(10_000));
+    let e = crate::isolate::run(|| check(&[("extract_query", &deep)])).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::InvalidDefinition);
+    assert!(e.message.starts_with("extract_query does not parse: "), "{}", e.message);
+    let long_chain = format!("SELECT 1{} AS x", " + 1".repeat(100_000));
+    let e = crate::isolate::run(|| check(&[("extract_query", &long_chain)])).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::ProgramLimit, "{e}");
+    assert_eq!(e.message, "extract_query is nested too deeply");
+    // Just under the limit still plans.
+    let chain = format!("SELECT 1{} AS x", " + 1".repeat(400));
+    let e = crate::isolate::run(|| check(&[("extract_query", &chain)])).unwrap_err();
+    assert_eq!(e.message, "extract_query output has no \"audience\" or \"process_id\" column of a string type");
+}
+
+#[test]
+fn panics_become_errors() {
+    let e = crate::isolate::run::<(), _>(|| panic!("boom")).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Internal);
+    assert_eq!(e.detail.as_deref(), Some("boom"));
+}
