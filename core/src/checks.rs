@@ -91,7 +91,9 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
     let mut reads = BTreeSet::new();
     for (option, plan) in [(EXTRACT, &extract), (MERGE, &merge), (COUNT, &count)] {
         for name in scanned_tables(plan) {
-            let Some(entry) = catalog.get(&name) else { continue };
+            let Some(entry) = catalog.get(&name) else {
+                continue;
+            };
             if option == COUNT && entry.kind != SourceKind::Raw {
                 return Err(Error::definition(format!(
                     "count_src_query reads \"{name}\", which is not a raw insert_time-bearing table"
@@ -112,7 +114,10 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
             reads.insert(name);
         }
     }
-    if !scanned_tables(&count).iter().any(|n| catalog.get(n).is_some()) {
+    if !scanned_tables(&count)
+        .iter()
+        .any(|n| catalog.get(n).is_some())
+    {
         return Err(Error::definition("count_src_query reads no raw table")
             .with_hint("Count the raw table the data comes from, such as blocks."));
     }
@@ -134,8 +139,10 @@ fn check_placeholders(def: &Definition) -> Result<()> {
         }
     }
     if !def.merge_partitions_query.contains("{source}") {
-        return Err(Error::definition("merge_partitions_query must reference {source}")
-            .with_detail("{source} stands for the set of partitions being merged."));
+        return Err(
+            Error::definition("merge_partitions_query must reference {source}")
+                .with_detail("{source} stands for the set of partitions being merged."),
+        );
     }
     Ok(())
 }
@@ -148,14 +155,22 @@ fn check_denied_functions(option: &str, query: &Query) -> Result<()> {
     let mut found = None;
     let _ = visit_relations(query, |relation| {
         found = denied(relation);
-        if found.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        if found.is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     });
     if found.is_none() {
         let _ = visit_expressions(query, |expr| {
             if let sqlparser::ast::Expr::Function(f) = expr {
                 found = denied(&f.name);
             }
-            if found.is_some() { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            if found.is_some() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
         });
     }
     match found {
@@ -217,12 +232,20 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
 fn function_volatility(e: &Expr) -> Option<(String, Volatility)> {
     match e {
         Expr::ScalarFunction(f) => Some((f.func.name().to_string(), f.func.signature().volatility)),
-        Expr::AggregateFunction(f) => Some((f.func.name().to_string(), f.func.signature().volatility)),
+        Expr::AggregateFunction(f) => {
+            Some((f.func.name().to_string(), f.func.signature().volatility))
+        }
         Expr::WindowFunction(w) => Some(match &w.fun {
-            WindowFunctionDefinition::AggregateUDF(f) => (f.name().to_string(), f.signature().volatility),
-            WindowFunctionDefinition::WindowUDF(f) => (f.name().to_string(), f.signature().volatility),
+            WindowFunctionDefinition::AggregateUDF(f) => {
+                (f.name().to_string(), f.signature().volatility)
+            }
+            WindowFunctionDefinition::WindowUDF(f) => {
+                (f.name().to_string(), f.signature().volatility)
+            }
         }),
-        Expr::HigherOrderFunction(f) => Some((f.func.name().to_string(), f.func.signature().volatility)),
+        Expr::HigherOrderFunction(f) => {
+            Some((f.func.name().to_string(), f.func.signature().volatility))
+        }
         _ => None,
     }
 }
@@ -250,10 +273,9 @@ pub fn is_string_type(t: &DataType) -> bool {
 }
 
 fn check_audience(schema: &Schema) -> Result<()> {
-    let ok = schema
-        .fields()
-        .iter()
-        .any(|f| (f.name() == "audience" || f.name() == "process_id") && is_string_type(f.data_type()));
+    let ok = schema.fields().iter().any(|f| {
+        (f.name() == "audience" || f.name() == "process_id") && is_string_type(f.data_type())
+    });
     if ok {
         return Ok(());
     }
@@ -266,7 +288,10 @@ fn check_audience(schema: &Schema) -> Result<()> {
     let detail = if found.is_empty() {
         "Without one, the view would serve every row to every caller.".to_string()
     } else {
-        format!("{}; a string type (Utf8, LargeUtf8, Utf8View or a dictionary of one) is needed.", found.join(", "))
+        format!(
+            "{}; a string type (Utf8, LargeUtf8, Utf8View or a dictionary of one) is needed.",
+            found.join(", ")
+        )
     };
     Err(Error::definition(
         "extract_query output has no \"audience\" or \"process_id\" column of a string type",
@@ -277,14 +302,23 @@ fn check_audience(schema: &Schema) -> Result<()> {
 
 fn check_time_columns(def: &Definition, schema: &Schema) -> Result<()> {
     let o = &def.options;
-    for (option, column) in [("min_time_column", &o.min_time_column), ("max_time_column", &o.max_time_column)] {
+    for (option, column) in [
+        ("min_time_column", &o.min_time_column),
+        ("max_time_column", &o.max_time_column),
+    ] {
         let Ok(field) = schema.field_with_name(column) else {
             return Err(Error::definition(format!(
                 "time column \"{column}\" ({option}) is not in the extract_query output"
             ))
-            .with_detail(format!("The extract_query output columns are: {}.", column_list(schema))));
+            .with_detail(format!(
+                "The extract_query output columns are: {}.",
+                column_list(schema)
+            )));
         };
-        if !matches!(field.data_type(), DataType::Timestamp(TimeUnit::Nanosecond, _)) {
+        if !matches!(
+            field.data_type(),
+            DataType::Timestamp(TimeUnit::Nanosecond, _)
+        ) {
             return Err(Error::definition(format!(
                 "time column \"{column}\" ({option}) must be a nanosecond timestamp, not {}",
                 field.data_type()
@@ -301,7 +335,10 @@ fn check_sort_order(def: &Definition, schema: &Schema) -> Result<()> {
             return Err(Error::definition(format!(
                 "merge_sort_order column \"{column}\" is not in the extract_query output"
             ))
-            .with_detail(format!("The extract_query output columns are: {}.", column_list(schema))));
+            .with_detail(format!(
+                "The extract_query output columns are: {}.",
+                column_list(schema)
+            )));
         }
     }
     Ok(())
@@ -309,11 +346,20 @@ fn check_sort_order(def: &Definition, schema: &Schema) -> Result<()> {
 
 fn check_merge_schema(extract: &Schema, merge: &Schema) -> Result<()> {
     let mismatch = |detail: String| {
-        Err(Error::definition("merge_partitions_query output does not match the extract_query schema")
-            .with_detail(detail)
-            .with_hint("The merge output must have the extract output's column names, types and order."))
+        Err(Error::definition(
+            "merge_partitions_query output does not match the extract_query schema",
+        )
+        .with_detail(detail)
+        .with_hint(
+            "The merge output must have the extract output's column names, types and order.",
+        ))
     };
-    for (i, (e, m)) in extract.fields().iter().zip(merge.fields().iter()).enumerate() {
+    for (i, (e, m)) in extract
+        .fields()
+        .iter()
+        .zip(merge.fields().iter())
+        .enumerate()
+    {
         if e.name() != m.name() || e.data_type() != m.data_type() {
             return mismatch(format!(
                 "column {}: extract_query has \"{}\" {}, merge_partitions_query has \"{}\" {}",

@@ -136,12 +136,18 @@ impl Parser {
 
     fn unexpected(&self, expected: &str) -> Error {
         let found = match self.peek() {
-            None => return Error::syntax(format!("syntax error at end of statement: expected {expected}"))
-                .with_detail(at(self.location())),
+            None => {
+                return Error::syntax(format!(
+                    "syntax error at end of statement: expected {expected}"
+                ))
+                .with_detail(at(self.location()))
+            }
             Some(t) => describe_token(&t.token),
         };
-        Error::syntax(format!("syntax error at or near {found}: expected {expected}"))
-            .with_detail(at(self.location()))
+        Error::syntax(format!(
+            "syntax error at or near {found}: expected {expected}"
+        ))
+        .with_detail(at(self.location()))
     }
 
     fn keyword(&mut self, keyword: Keyword, expected: &str) -> Result<()> {
@@ -261,9 +267,11 @@ impl Parser {
         };
         let name = self.identifier("a view name")?;
         if matches!(self.peek().map(|t| &t.token), Some(Token::Comma)) {
-            return Err(Error::syntax("DROP MATERIALIZED VIEW takes exactly one name")
-                .with_detail(at(self.location()))
-                .with_hint("Drop each view with its own statement."));
+            return Err(
+                Error::syntax("DROP MATERIALIZED VIEW takes exactly one name")
+                    .with_detail(at(self.location()))
+                    .with_hint("Drop each view with its own statement."),
+            );
         }
         Ok(DropStatement { if_exists, name })
     }
@@ -280,7 +288,10 @@ impl Parser {
 }
 
 fn at(location: Location) -> String {
-    format!("at line {}, column {} of the statement", location.line, location.column)
+    format!(
+        "at line {}, column {} of the statement",
+        location.line, location.column
+    )
 }
 
 /// sqlparser appends " at Line: l, Column: c" to its messages; the DETAIL
@@ -344,18 +355,27 @@ mod tests {
 
     #[test]
     fn quoted_identifier_keeps_case() {
-        assert_eq!(create("CREATE MATERIALIZED VIEW \"Foo\" WITH (a = 1)").name, "Foo");
+        assert_eq!(
+            create("CREATE MATERIALIZED VIEW \"Foo\" WITH (a = 1)").name,
+            "Foo"
+        );
     }
 
     #[test]
     fn drop_forms() {
         assert_eq!(
             parse("DROP MATERIALIZED VIEW IF EXISTS x;").unwrap(),
-            Statement::Drop(DropStatement { if_exists: true, name: "x".into() })
+            Statement::Drop(DropStatement {
+                if_exists: true,
+                name: "x".into()
+            })
         );
         assert_eq!(
             parse("drop materialized view x").unwrap(),
-            Statement::Drop(DropStatement { if_exists: false, name: "x".into() })
+            Statement::Drop(DropStatement {
+                if_exists: false,
+                name: "x".into()
+            })
         );
     }
 
@@ -363,27 +383,48 @@ mod tests {
     fn syntax_errors_name_the_token_and_position() {
         let e = parse("CREATE VIEW v WITH (a = 1)").unwrap_err();
         assert_eq!(e.kind, ErrorKind::Syntax);
-        assert_eq!(e.message, "syntax error at or near \"VIEW\": expected MATERIALIZED");
-        assert_eq!(e.detail.as_deref(), Some("at line 1, column 8 of the statement"));
+        assert_eq!(
+            e.message,
+            "syntax error at or near \"VIEW\": expected MATERIALIZED"
+        );
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("at line 1, column 8 of the statement")
+        );
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = 1").unwrap_err();
-        assert_eq!(e.message, "syntax error at end of statement: expected \",\" or \")\"");
+        assert_eq!(
+            e.message,
+            "syntax error at end of statement: expected \",\" or \")\""
+        );
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = $$oops)").unwrap_err();
         assert_eq!(e.kind, ErrorKind::Syntax);
         assert!(e.message.starts_with("syntax error: "), "{}", e.message);
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = 'x') extra").unwrap_err();
-        assert_eq!(e.message, "syntax error at or near \"extra\": expected end of statement");
+        assert_eq!(
+            e.message,
+            "syntax error at or near \"extra\": expected end of statement"
+        );
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = b)").unwrap_err();
-        assert_eq!(e.message, "syntax error at or near \"b\": expected a string or integer literal");
+        assert_eq!(
+            e.message,
+            "syntax error at or near \"b\": expected a string or integer literal"
+        );
 
         let e = parse("SELECT 1").unwrap_err();
-        assert_eq!(e.message, "syntax error at or near \"SELECT\": expected CREATE or DROP");
+        assert_eq!(
+            e.message,
+            "syntax error at or near \"SELECT\": expected CREATE or DROP"
+        );
 
         let e = parse("").unwrap_err();
-        assert_eq!(e.message, "syntax error at end of statement: expected CREATE or DROP");
+        assert_eq!(
+            e.message,
+            "syntax error at end of statement: expected CREATE or DROP"
+        );
 
         let e = parse("DROP MATERIALIZED VIEW a, b").unwrap_err();
         assert_eq!(e.message, "DROP MATERIALIZED VIEW takes exactly one name");
@@ -392,12 +433,18 @@ mod tests {
     #[test]
     fn multiline_position() {
         let e = parse("CREATE MATERIALIZED VIEW v WITH (\n  a = 1,\n  b 2)").unwrap_err();
-        assert_eq!(e.detail.as_deref(), Some("at line 3, column 5 of the statement"));
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("at line 3, column 5 of the statement")
+        );
     }
 
     #[test]
     fn oversized_statement() {
-        let text = format!("CREATE MATERIALIZED VIEW v WITH (a = '{}')", "x".repeat(MAX_STATEMENT_BYTES));
+        let text = format!(
+            "CREATE MATERIALIZED VIEW v WITH (a = '{}')",
+            "x".repeat(MAX_STATEMENT_BYTES)
+        );
         assert_eq!(parse(&text).unwrap_err().kind, ErrorKind::ProgramLimit);
     }
 }

@@ -26,8 +26,10 @@ where
                     .map(|s| s.to_string())
                     .or_else(|| panic.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".to_string());
-                Err(Error::internal("internal error while validating the definition")
-                    .with_detail(what))
+                Err(
+                    Error::internal("internal error while validating the definition")
+                        .with_detail(what),
+                )
             }
         }
     })

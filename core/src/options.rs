@@ -78,7 +78,9 @@ pub fn check_view_name(name: &str) -> Result<()> {
             ErrorKind::InvalidName,
             format!("materialized view name \"{name}\" is too long"),
         )
-        .with_detail(format!("A view name has at most {MAX_NAME_LENGTH} characters.")));
+        .with_detail(format!(
+            "A view name has at most {MAX_NAME_LENGTH} characters."
+        )));
     }
     if name == "source" {
         return Err(Error::new(
@@ -99,7 +101,9 @@ pub fn check_view_name(name: &str) -> Result<()> {
             ErrorKind::ReservedName,
             format!("materialized view name \"{name}\" is reserved"),
         )
-        .with_detail(format!("\"{name}\" is a view set defined in the services' code.")));
+        .with_detail(format!(
+            "\"{name}\" is a view set defined in the services' code."
+        )));
     }
     Ok(())
 }
@@ -127,19 +131,23 @@ impl OptionValues {
         let mut seen: Vec<&str> = Vec::new();
         for option in raw {
             let Some(&name) = OPTION_NAMES.iter().find(|n| **n == option.name) else {
-                return Err(Error::option(format!("unrecognized option \"{}\"", option.name))
-                    .with_detail(format!(
-                        "at line {}, column {} of the statement",
-                        option.line, option.column
-                    ))
-                    .with_hint(format!("Valid options are: {}.", OPTION_NAMES.join(", "))));
+                return Err(
+                    Error::option(format!("unrecognized option \"{}\"", option.name))
+                        .with_detail(format!(
+                            "at line {}, column {} of the statement",
+                            option.line, option.column
+                        ))
+                        .with_hint(format!("Valid options are: {}.", OPTION_NAMES.join(", "))),
+                );
             };
             if seen.contains(&name) {
-                return Err(Error::option(format!("option \"{name}\" is specified more than once"))
-                    .with_detail(format!(
-                        "at line {}, column {} of the statement",
-                        option.line, option.column
-                    )));
+                return Err(Error::option(format!(
+                    "option \"{name}\" is specified more than once"
+                ))
+                .with_detail(format!(
+                    "at line {}, column {} of the statement",
+                    option.line, option.column
+                )));
             }
             seen.push(name);
             if name == "update_group" {
@@ -182,9 +190,18 @@ impl OptionValues {
                 .with_detail("update_group places the view in the daemon's materialization order; it has no default.")
                 .with_hint("Give an integer strictly greater than the group of every view set the definition reads.")
         })?;
-        let time_column = self.time_column.map(|c| column_name(c, "time_column")).transpose()?;
-        let min = self.min_time_column.map(|c| column_name(c, "min_time_column")).transpose()?;
-        let max = self.max_time_column.map(|c| column_name(c, "max_time_column")).transpose()?;
+        let time_column = self
+            .time_column
+            .map(|c| column_name(c, "time_column"))
+            .transpose()?;
+        let min = self
+            .min_time_column
+            .map(|c| column_name(c, "min_time_column"))
+            .transpose()?;
+        let max = self
+            .max_time_column
+            .map(|c| column_name(c, "max_time_column"))
+            .transpose()?;
         let (min_time_column, max_time_column) = match (min, max, time_column) {
             (Some(min), Some(max), _) => (min, max),
             (min, max, Some(t)) => (min.unwrap_or_else(|| t.clone()), max.unwrap_or(t)),
@@ -206,7 +223,10 @@ impl OptionValues {
             Some(text) => parse_delta(&text, "merge_partition_delta")?,
             None => source_partition_delta.clone(),
         };
-        let merge_sort_order = self.merge_sort_order.map(|s| parse_sort_order(&s)).transpose()?;
+        let merge_sort_order = self
+            .merge_sort_order
+            .map(|s| parse_sort_order(&s))
+            .transpose()?;
         Ok(Definition {
             name: name.to_string(),
             extract_query,
@@ -248,15 +268,17 @@ impl Definition {
             ..Default::default()
         };
         if let Some(options) = view_options {
-            let object = options.as_object().ok_or_else(|| {
-                Error::option("view_options must be a JSON object")
-            })?;
+            let object = options
+                .as_object()
+                .ok_or_else(|| Error::option("view_options must be a JSON object"))?;
             for (key, value) in object {
                 let text = || -> Result<Option<String>> {
                     match value {
                         serde_json::Value::Null => Ok(None),
                         serde_json::Value::String(s) => Ok(Some(s.clone())),
-                        _ => Err(Error::option(format!("view_options key \"{key}\" must be a string"))),
+                        _ => Err(Error::option(format!(
+                            "view_options key \"{key}\" must be a string"
+                        ))),
                     }
                 };
                 match key.as_str() {
@@ -310,7 +332,10 @@ impl Definition {
         let mut items: Vec<(&str, String)> = vec![
             ("extract_query", dollar_quote(&self.extract_query)),
             ("count_src_query", dollar_quote(&self.count_src_query)),
-            ("merge_partitions_query", dollar_quote(&self.merge_partitions_query)),
+            (
+                "merge_partitions_query",
+                dollar_quote(&self.merge_partitions_query),
+            ),
             ("update_group", self.update_group.to_string()),
         ];
         if o.min_time_column == o.max_time_column {
@@ -343,9 +368,9 @@ impl Definition {
 fn required_query(value: Option<String>, name: &str) -> Result<String> {
     match value {
         None => Err(Error::option(format!("option \"{name}\" is required"))),
-        Some(q) if q.trim().is_empty() => {
-            Err(Error::option(format!("option \"{name}\" must not be empty")))
-        }
+        Some(q) if q.trim().is_empty() => Err(Error::option(format!(
+            "option \"{name}\" must not be empty"
+        ))),
         Some(q) => Ok(q),
     }
 }
@@ -366,7 +391,9 @@ fn parse_group(value: &Literal) -> Result<i32> {
 fn column_name(value: String, option: &str) -> Result<String> {
     let trimmed = value.trim();
     if trimmed.is_empty() {
-        return Err(Error::option(format!("option \"{option}\" must name a column")));
+        return Err(Error::option(format!(
+            "option \"{option}\" must name a column"
+        )));
     }
     Ok(trimmed.to_string())
 }
@@ -421,8 +448,10 @@ pub fn delta_seconds(delta: &str) -> Option<u64> {
 fn parse_sort_order(text: &str) -> Result<Vec<String>> {
     let columns: Vec<String> = text.split(',').map(|c| c.trim().to_string()).collect();
     if columns.iter().any(|c| c.is_empty()) {
-        return Err(Error::option(format!("invalid value for option \"merge_sort_order\": \"{text}\""))
-            .with_detail("merge_sort_order is a non-empty comma-separated list of column names."));
+        return Err(Error::option(format!(
+            "invalid value for option \"merge_sort_order\": \"{text}\""
+        ))
+        .with_detail("merge_sort_order is a non-empty comma-separated list of column names."));
     }
     for (i, c) in columns.iter().enumerate() {
         if columns[..i].contains(c) {
@@ -478,18 +507,38 @@ mod tests {
 
     #[test]
     fn merge_delta_defaults_to_source_delta() {
-        let d = definition(&format!("{QUERIES}, time_column = 't', source_partition_delta = '6 HOURS'"))
-            .unwrap();
+        let d = definition(&format!(
+            "{QUERIES}, time_column = 't', source_partition_delta = '6 HOURS'"
+        ))
+        .unwrap();
         assert_eq!(d.options.source_partition_delta, "6 hours");
         assert_eq!(d.options.merge_partition_delta, "6 hours");
     }
 
     #[test]
     fn min_and_max_replace_time_column() {
-        let d = definition(&format!("{QUERIES}, min_time_column = 'a', max_time_column = 'b'")).unwrap();
-        assert_eq!((d.options.min_time_column.as_str(), d.options.max_time_column.as_str()), ("a", "b"));
-        let d = definition(&format!("{QUERIES}, time_column = 't', max_time_column = 'b'")).unwrap();
-        assert_eq!((d.options.min_time_column.as_str(), d.options.max_time_column.as_str()), ("t", "b"));
+        let d = definition(&format!(
+            "{QUERIES}, min_time_column = 'a', max_time_column = 'b'"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                d.options.min_time_column.as_str(),
+                d.options.max_time_column.as_str()
+            ),
+            ("a", "b")
+        );
+        let d = definition(&format!(
+            "{QUERIES}, time_column = 't', max_time_column = 'b'"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                d.options.min_time_column.as_str(),
+                d.options.max_time_column.as_str()
+            ),
+            ("t", "b")
+        );
         let e = definition(&format!("{QUERIES}, min_time_column = 'a'")).unwrap_err();
         assert_eq!(e.message, "option \"max_time_column\" is required");
         let e = definition(QUERIES).unwrap_err();
@@ -498,8 +547,16 @@ mod tests {
 
     #[test]
     fn required_options() {
-        for missing in ["extract_query", "count_src_query", "merge_partitions_query", "update_group"] {
-            let options: Vec<&str> = QUERIES.split(", ").filter(|o| !o.starts_with(missing)).collect();
+        for missing in [
+            "extract_query",
+            "count_src_query",
+            "merge_partitions_query",
+            "update_group",
+        ] {
+            let options: Vec<&str> = QUERIES
+                .split(", ")
+                .filter(|o| !o.starts_with(missing))
+                .collect();
             let e = definition(&format!("{}, time_column = 't'", options.join(", "))).unwrap_err();
             assert_eq!(e.kind, ErrorKind::InvalidOption);
             assert_eq!(e.message, format!("option \"{missing}\" is required"));
@@ -511,18 +568,33 @@ mod tests {
         let e = definition(&format!("{QUERIES}, time_column = 't', colour = 'red'")).unwrap_err();
         assert_eq!(e.message, "unrecognized option \"colour\"");
         assert_eq!(e.kind, ErrorKind::InvalidOption);
-        let e = definition(&format!("{QUERIES}, time_column = 't', time_column = 'u'")).unwrap_err();
-        assert_eq!(e.message, "option \"time_column\" is specified more than once");
+        let e =
+            definition(&format!("{QUERIES}, time_column = 't', time_column = 'u'")).unwrap_err();
+        assert_eq!(
+            e.message,
+            "option \"time_column\" is specified more than once"
+        );
     }
 
     #[test]
     fn option_types() {
         let e = definition("update_group = '4000'").unwrap_err();
-        assert!(e.message.starts_with("option \"update_group\" must be an integer"), "{}", e.message);
+        assert!(
+            e.message
+                .starts_with("option \"update_group\" must be an integer"),
+            "{}",
+            e.message
+        );
         let e = definition("update_group = 99999999999").unwrap_err();
-        assert_eq!(e.message, "option \"update_group\" is out of range: 99999999999");
+        assert_eq!(
+            e.message,
+            "option \"update_group\" is out of range: 99999999999"
+        );
         let e = definition("extract_query = 5").unwrap_err();
-        assert_eq!(e.message, "option \"extract_query\" must be a string literal, not an integer");
+        assert_eq!(
+            e.message,
+            "option \"extract_query\" must be a string literal, not an integer"
+        );
         let e = definition(&format!("{QUERIES}, time_column = '  '")).unwrap_err();
         assert_eq!(e.message, "option \"time_column\" must name a column");
         let e = definition("extract_query = '  ', count_src_query = 'c', merge_partitions_query = 'm', update_group = 1, time_column = 't'").unwrap_err();
@@ -531,12 +603,36 @@ mod tests {
 
     #[test]
     fn deltas() {
-        for good in ["1 second", "30 seconds", "1 minute", "5 minutes", "1 hour", "2 hours", "1 day", "7 days", "1 DAY", " 2  hours "] {
+        for good in [
+            "1 second",
+            "30 seconds",
+            "1 minute",
+            "5 minutes",
+            "1 hour",
+            "2 hours",
+            "1 day",
+            "7 days",
+            "1 DAY",
+            " 2  hours ",
+        ] {
             assert!(parse_delta(good, "d").is_ok(), "{good}");
         }
-        for bad in ["0 day", "-1 day", "1 week", "day", "1", "1.5 hours", "1 day 2", "", "+1 day"] {
+        for bad in [
+            "0 day",
+            "-1 day",
+            "1 week",
+            "day",
+            "1",
+            "1.5 hours",
+            "1 day 2",
+            "",
+            "+1 day",
+        ] {
             let e = parse_delta(bad, "source_partition_delta").unwrap_err();
-            assert_eq!(e.message, format!("invalid value for option \"source_partition_delta\": \"{bad}\""));
+            assert_eq!(
+                e.message,
+                format!("invalid value for option \"source_partition_delta\": \"{bad}\"")
+            );
         }
         assert_eq!(parse_delta("1 days", "d").unwrap(), "1 day");
         assert_eq!(parse_delta("2 hour", "d").unwrap(), "2 hours");
@@ -546,14 +642,38 @@ mod tests {
 
     #[test]
     fn sort_order() {
-        let d = definition(&format!("{QUERIES}, time_column = 't', merge_sort_order = 'a, b ,c'")).unwrap();
-        assert_eq!(d.options.merge_sort_order, Some(vec!["a".into(), "b".into(), "c".into()]));
-        let e = definition(&format!("{QUERIES}, time_column = 't', merge_sort_order = ''")).unwrap_err();
-        assert_eq!(e.message, "invalid value for option \"merge_sort_order\": \"\"");
-        let e = definition(&format!("{QUERIES}, time_column = 't', merge_sort_order = 'a,,b'")).unwrap_err();
-        assert_eq!(e.message, "invalid value for option \"merge_sort_order\": \"a,,b\"");
-        let e = definition(&format!("{QUERIES}, time_column = 't', merge_sort_order = 'a, a'")).unwrap_err();
-        assert_eq!(e.message, "column \"a\" appears more than once in option \"merge_sort_order\"");
+        let d = definition(&format!(
+            "{QUERIES}, time_column = 't', merge_sort_order = 'a, b ,c'"
+        ))
+        .unwrap();
+        assert_eq!(
+            d.options.merge_sort_order,
+            Some(vec!["a".into(), "b".into(), "c".into()])
+        );
+        let e = definition(&format!(
+            "{QUERIES}, time_column = 't', merge_sort_order = ''"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "invalid value for option \"merge_sort_order\": \"\""
+        );
+        let e = definition(&format!(
+            "{QUERIES}, time_column = 't', merge_sort_order = 'a,,b'"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "invalid value for option \"merge_sort_order\": \"a,,b\""
+        );
+        let e = definition(&format!(
+            "{QUERIES}, time_column = 't', merge_sort_order = 'a, a'"
+        ))
+        .unwrap_err();
+        assert_eq!(
+            e.message,
+            "column \"a\" appears more than once in option \"merge_sort_order\""
+        );
     }
 
     #[test]
@@ -561,13 +681,23 @@ mod tests {
         assert!(check_view_name("my_view_2").is_ok());
         assert!(check_view_name("_x").is_ok());
         for bad in ["MyView", "2x", "a-b", "", "é"] {
-            assert_eq!(check_view_name(bad).unwrap_err().kind, ErrorKind::InvalidName, "{bad}");
+            assert_eq!(
+                check_view_name(bad).unwrap_err().kind,
+                ErrorKind::InvalidName,
+                "{bad}"
+            );
         }
-        assert_eq!(check_view_name(&"a".repeat(64)).unwrap_err().kind, ErrorKind::InvalidName);
+        assert_eq!(
+            check_view_name(&"a".repeat(64)).unwrap_err().kind,
+            ErrorKind::InvalidName
+        );
         for reserved in ["source", "__x", "blocks", "log_entries", "otel_spans"] {
             let e = check_view_name(reserved).unwrap_err();
             assert_eq!(e.kind, ErrorKind::ReservedName, "{reserved}");
-            assert_eq!(e.message, format!("materialized view name \"{reserved}\" is reserved"));
+            assert_eq!(
+                e.message,
+                format!("materialized view name \"{reserved}\" is reserved")
+            );
         }
     }
 
@@ -584,19 +714,40 @@ mod tests {
         .unwrap();
         let text = d.render(true);
         assert!(text.contains("$q1$SELECT '$$' AS x$q1$"), "{text}");
-        let Statement::Create(c) = parse(&text).unwrap() else { unreachable!() };
+        let Statement::Create(c) = parse(&text).unwrap() else {
+            unreachable!()
+        };
         assert!(c.or_replace);
         assert_eq!(Definition::from_statement(&c).unwrap(), d);
     }
 
     #[test]
     fn from_row_matches_statement() {
-        let d = definition(&format!("{QUERIES}, time_column = 't', merge_sort_order = 'a, b'")).unwrap();
+        let d = definition(&format!(
+            "{QUERIES}, time_column = 't', merge_sort_order = 'a, b'"
+        ))
+        .unwrap();
         let json = d.view_options_json();
-        let r = Definition::from_row("v", Some("e".into()), Some("c".into()), Some("m".into()), Some(4000), Some(&json)).unwrap();
+        let r = Definition::from_row(
+            "v",
+            Some("e".into()),
+            Some("c".into()),
+            Some("m".into()),
+            Some(4000),
+            Some(&json),
+        )
+        .unwrap();
         assert_eq!(r, d);
         let bad = serde_json::json!({"colour": "red"});
-        let e = Definition::from_row("v", Some("e".into()), Some("c".into()), Some("m".into()), Some(4000), Some(&bad)).unwrap_err();
+        let e = Definition::from_row(
+            "v",
+            Some("e".into()),
+            Some("c".into()),
+            Some("m".into()),
+            Some(4000),
+            Some(&bad),
+        )
+        .unwrap_err();
         assert_eq!(e.message, "unrecognized view_options key \"colour\"");
     }
 }

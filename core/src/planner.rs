@@ -17,8 +17,8 @@ use datafusion_optimizer::Analyzer;
 use datafusion_sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion_sql::planner::SqlToRel;
 use sqlparser::ast::{Statement as SqlStatement, Visit, Visitor};
-use std::ops::ControlFlow;
 use std::cell::RefCell;
+use std::ops::ControlFlow;
 use std::sync::{Arc, OnceLock};
 
 /// The table `{source}` stands for while the merge query is planned.
@@ -70,10 +70,10 @@ pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query
         DfStatement::Explain(_) => "EXPLAIN".to_string(),
         DfStatement::Reset(_) => "RESET".to_string(),
     };
-    Err(Error::definition(format!(
-        "{option} must be a read-only query, not {kind}"
-    ))
-    .with_detail("A definition's queries may not embed DDL, DML or session statements."))
+    Err(
+        Error::definition(format!("{option} must be a read-only query, not {kind}"))
+            .with_detail("A definition's queries may not embed DDL, DML or session statements."),
+    )
 }
 
 struct NestingGuard {
@@ -131,7 +131,11 @@ fn statement_kind(statement: &SqlStatement) -> String {
     let text = statement.to_string();
     let words: Vec<&str> = text.split_whitespace().take(2).collect();
     match words.as_slice() {
-        [first, second] if first.eq_ignore_ascii_case("create") || first.eq_ignore_ascii_case("drop") || first.eq_ignore_ascii_case("alter") => {
+        [first, second]
+            if first.eq_ignore_ascii_case("create")
+                || first.eq_ignore_ascii_case("drop")
+                || first.eq_ignore_ascii_case("alter") =>
+        {
             format!("{} {}", first.to_uppercase(), second.to_uppercase())
         }
         [first, ..] => first.to_uppercase(),
@@ -140,8 +144,11 @@ fn statement_kind(statement: &SqlStatement) -> String {
 }
 
 fn does_not_parse(option: &str, e: &DataFusionError) -> Error {
-    Error::definition(format!("{option} does not parse: {}", first_line(&df_message(e))))
-        .with_detail(df_message(e))
+    Error::definition(format!(
+        "{option} does not parse: {}",
+        first_line(&df_message(e))
+    ))
+    .with_detail(df_message(e))
 }
 
 /// DataFusion's own message, without its "Error during planning:"-style prefixes.
@@ -182,7 +189,9 @@ impl ContextProvider for Provider<'_> {
     fn get_table_source(&self, name: TableReference) -> DfResult<Arc<dyn TableSource>> {
         let TableReference::Bare { table } = &name else {
             self.missing.borrow_mut().push(name.to_string());
-            return plan_err!("table \"{name}\" not found: view sets are named without a schema or catalog");
+            return plan_err!(
+                "table \"{name}\" not found: view sets are named without a schema or catalog"
+            );
         };
         if table.as_ref() == SOURCE_TABLE {
             if let Some(schema) = &self.source {

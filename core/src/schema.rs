@@ -52,7 +52,11 @@ pub fn schema_hash_bytes(schema: &Schema) -> [u8; 8] {
 }
 
 fn named(field: &Field) -> String {
-    format!("{}:{}", json_string(field.name()), canonical_type(field.data_type()))
+    format!(
+        "{}:{}",
+        json_string(field.name()),
+        canonical_type(field.data_type())
+    )
 }
 
 fn json_string(s: &str) -> String {
@@ -155,9 +159,8 @@ pub fn to_ipc_base64(schema: &Schema) -> Result<String> {
 }
 
 pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
-    let bad = |e: String| {
-        Error::new(ErrorKind::InvalidSchema, "invalid Arrow IPC schema").with_detail(e)
-    };
+    let bad =
+        |e: String| Error::new(ErrorKind::InvalidSchema, "invalid Arrow IPC schema").with_detail(e);
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|e| bad(format!("not base64: {e}")))?;
@@ -207,12 +210,19 @@ pub fn from_json(value: &serde_json::Value) -> Result<SchemaRef> {
             .get("type")
             .and_then(|n| n.as_str())
             .ok_or_else(|| bad(format!("field \"{name}\" has no \"type\" string")))?;
-        let data_type = DataType::from_str(type_text)
-            .map_err(|e| bad(format!("field \"{name}\": cannot parse type \"{type_text}\": {e}")))?;
+        let data_type = DataType::from_str(type_text).map_err(|e| {
+            bad(format!(
+                "field \"{name}\": cannot parse type \"{type_text}\": {e}"
+            ))
+        })?;
         let nullable = match f.get("nullable") {
             None | Some(serde_json::Value::Null) => true,
             Some(serde_json::Value::Bool(b)) => *b,
-            Some(_) => return Err(bad(format!("field \"{name}\": \"nullable\" must be a boolean"))),
+            Some(_) => {
+                return Err(bad(format!(
+                    "field \"{name}\": \"nullable\" must be a boolean"
+                )))
+            }
         };
         if out.iter().any(|f: &Field| f.name() == name) {
             return Err(bad(format!("field \"{name}\" appears more than once")));
@@ -258,10 +268,22 @@ mod tests {
 
     fn sample() -> Schema {
         Schema::new(vec![
-            Field::new("time_bin", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())), true),
-            Field::new("target", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), true),
+            Field::new(
+                "time_bin",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
+                true,
+            ),
+            Field::new(
+                "target",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                true,
+            ),
             Field::new("count", DataType::Int64, false),
-            Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
+                true,
+            ),
         ])
     }
 
@@ -277,17 +299,35 @@ mod tests {
     fn hash_is_pinned() {
         // A change here breaks every stored partition's schema hash: never
         // update this value, add a new encoding version instead.
-        assert_eq!(schema_hash(&sample()), xxhash_rust::xxh64::xxh64(canonical_encoding(&sample()).as_bytes(), 0));
-        assert_eq!(format!("{:016x}", schema_hash(&sample())), "902fe09f6ac56860");
+        assert_eq!(
+            schema_hash(&sample()),
+            xxhash_rust::xxh64::xxh64(canonical_encoding(&sample()).as_bytes(), 0)
+        );
+        assert_eq!(
+            format!("{:016x}", schema_hash(&sample())),
+            "902fe09f6ac56860"
+        );
     }
 
     #[test]
     fn hash_ignores_nullability_metadata_and_list_item_names() {
         let other = Schema::new(vec![
-            Field::new("time_bin", DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())), false),
-            Field::new("target", DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)), false),
+            Field::new(
+                "time_bin",
+                DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())),
+                false,
+            ),
+            Field::new(
+                "target",
+                DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                false,
+            ),
             Field::new("count", DataType::Int64, true),
-            Field::new("tags", DataType::List(Arc::new(Field::new("element", DataType::Utf8, false))), true),
+            Field::new(
+                "tags",
+                DataType::List(Arc::new(Field::new("element", DataType::Utf8, false))),
+                true,
+            ),
         ])
         .with_metadata([("k".to_string(), "v".to_string())].into());
         assert_eq!(schema_hash(&sample()), schema_hash(&other));
@@ -296,7 +336,11 @@ mod tests {
     #[test]
     fn hash_sees_names_types_and_order() {
         let base = schema_hash(&sample());
-        let mut fields: Vec<Field> = sample().fields().iter().map(|f| f.as_ref().clone()).collect();
+        let mut fields: Vec<Field> = sample()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
         fields.swap(0, 1);
         assert_ne!(base, schema_hash(&Schema::new(fields.clone())));
         fields.swap(0, 1);
@@ -322,11 +366,21 @@ mod tests {
         let json = to_json(&sample());
         assert_eq!(from_json(&json).unwrap().as_ref(), &sample());
         let parsed = parse_any(r#"[{"name": "t", "type": "Timestamp(Nanosecond, Some(\"+00:00\"))"}, {"name": "d", "type": "Dictionary(Int32, Binary)", "nullable": false}]"#).unwrap();
-        assert_eq!(parsed.field(0).data_type(), &DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into())));
+        assert_eq!(
+            parsed.field(0).data_type(),
+            &DataType::Timestamp(TimeUnit::Nanosecond, Some("+00:00".into()))
+        );
         assert!(!parsed.field(1).is_nullable());
         let e = parse_any(r#"[{"name": "t", "type": "Nope"}]"#).unwrap_err();
-        assert!(e.detail.unwrap().starts_with("field \"t\": cannot parse type \"Nope\""));
-        let e = parse_any(r#"[{"name": "t", "type": "Utf8"}, {"name": "t", "type": "Utf8"}]"#).unwrap_err();
-        assert_eq!(e.detail.as_deref(), Some("field \"t\" appears more than once"));
+        assert!(e
+            .detail
+            .unwrap()
+            .starts_with("field \"t\": cannot parse type \"Nope\""));
+        let e = parse_any(r#"[{"name": "t", "type": "Utf8"}, {"name": "t", "type": "Utf8"}]"#)
+            .unwrap_err();
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("field \"t\" appears more than once")
+        );
     }
 }

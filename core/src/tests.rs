@@ -42,7 +42,10 @@ fn statement(name: &str, overrides: &[(&str, &str)]) -> String {
         }
     }
     let body: Vec<String> = options.iter().map(|(k, v)| format!("{k} = {v}")).collect();
-    format!("CREATE MATERIALIZED VIEW {name} WITH ({})", body.join(",\n"))
+    format!(
+        "CREATE MATERIALIZED VIEW {name} WITH ({})",
+        body.join(",\n")
+    )
 }
 
 fn check(overrides: &[(&str, &str)]) -> Result<Validated> {
@@ -58,7 +61,12 @@ fn rejected(overrides: &[(&str, &str)]) -> String {
 #[test]
 fn seed_example_validates() {
     let v = check(&[]).unwrap();
-    let names: Vec<&str> = v.schema.fields().iter().map(|f| f.name().as_str()).collect();
+    let names: Vec<&str> = v
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().as_str())
+        .collect();
     assert_eq!(names, ["time_bin", "target", "count", "audience"]);
     assert_eq!(v.reads, ["blocks", "log_entries"]);
 }
@@ -111,7 +119,10 @@ fn view_over_log_stats_respects_group_order() {
         e.message,
         "update_group 3000 must be greater than 3000, the update_group of \"log_stats\", which extract_query reads"
     );
-    assert_eq!(e.hint.as_deref(), Some("Use an update_group of at least 3001."));
+    assert_eq!(
+        e.hint.as_deref(),
+        Some("Use an update_group of at least 3001.")
+    );
 }
 
 #[test]
@@ -125,7 +136,10 @@ fn extract_query_must_plan() {
         "extract_query reads \"log_entriez\", which is not a known view set"
     );
     assert_eq!(
-        rejected(&[("extract_query", "SELECT no_such_function(msg) FROM log_entries")]),
+        rejected(&[(
+            "extract_query",
+            "SELECT no_such_function(msg) FROM log_entries"
+        )]),
         "extract_query does not plan: Invalid function 'no_such_function'."
     );
     assert!(rejected(&[("extract_query", "SELEC 1")]).starts_with("extract_query does not parse: "));
@@ -136,7 +150,10 @@ fn audience_or_process_id_of_string_type() {
     // process_id alone is enough.
     assert!(check(&[
         ("extract_query", "SELECT time, process_id FROM log_entries"),
-        ("merge_partitions_query", "SELECT time, process_id FROM {source}"),
+        (
+            "merge_partitions_query",
+            "SELECT time, process_id FROM {source}"
+        ),
         ("time_column", "time"),
         ("merge_sort_order", "time"),
     ])
@@ -151,8 +168,14 @@ fn audience_or_process_id_of_string_type() {
         "extract_query output has no \"audience\" or \"process_id\" column of a string type"
     );
     let e = check(&[
-        ("extract_query", "SELECT time, level AS audience FROM log_entries"),
-        ("merge_partitions_query", "SELECT time, audience FROM {source}"),
+        (
+            "extract_query",
+            "SELECT time, level AS audience FROM log_entries",
+        ),
+        (
+            "merge_partitions_query",
+            "SELECT time, audience FROM {source}",
+        ),
         ("time_column", "time"),
         ("merge_sort_order", "time"),
     ])
@@ -165,12 +188,19 @@ fn merge_output_matches_extract_schema() {
     // Nullability may differ: coalesce makes count non-null.
     assert!(check(&[("merge_partitions_query", "SELECT time_bin, target, coalesce(sum(count), 0) AS count, audience FROM {source} GROUP BY time_bin, target, audience")]).is_ok());
     let e = check(&[("merge_partitions_query", "SELECT time_bin, target, audience, sum(count) AS count FROM {source} GROUP BY time_bin, target, audience")]).unwrap_err();
-    assert_eq!(e.message, "merge_partitions_query output does not match the extract_query schema");
+    assert_eq!(
+        e.message,
+        "merge_partitions_query output does not match the extract_query schema"
+    );
     assert_eq!(
         e.detail.as_deref(),
         Some("column 3: extract_query has \"count\" Int64, merge_partitions_query has \"audience\" Dictionary(Int32, Utf8)")
     );
-    let e = check(&[("merge_partitions_query", "SELECT time_bin, target, sum(count) AS count FROM {source} GROUP BY time_bin, target")]).unwrap_err();
+    let e = check(&[(
+        "merge_partitions_query",
+        "SELECT time_bin, target, sum(count) AS count FROM {source} GROUP BY time_bin, target",
+    )])
+    .unwrap_err();
     assert_eq!(
         e.detail.as_deref(),
         Some("column 4: only extract_query has a column there (\"audience\" Dictionary(Int32, Utf8)); extract_query has 4 columns, merge_partitions_query has 3")
@@ -206,15 +236,24 @@ fn count_query_yields_one_integer_count() {
 #[test]
 fn placeholders_are_required() {
     assert_eq!(
-        rejected(&[("count_src_query", "SELECT count(*) AS count FROM blocks WHERE insert_time < '{end}'")]),
+        rejected(&[(
+            "count_src_query",
+            "SELECT count(*) AS count FROM blocks WHERE insert_time < '{end}'"
+        )]),
         "count_src_query must reference {begin}"
     );
     assert_eq!(
-        rejected(&[("count_src_query", "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}'")]),
+        rejected(&[(
+            "count_src_query",
+            "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}'"
+        )]),
         "count_src_query must reference {end}"
     );
     assert_eq!(
-        rejected(&[("merge_partitions_query", "SELECT time_bin, target, count, audience FROM log_entries")]),
+        rejected(&[(
+            "merge_partitions_query",
+            "SELECT time_bin, target, count, audience FROM log_entries"
+        )]),
         "merge_partitions_query must reference {source}"
     );
 }
@@ -284,7 +323,11 @@ fn merge_sort_order_columns_exist() {
 
 #[test]
 fn time_columns_exist_and_are_nanosecond_timestamps() {
-    assert!(check(&[("min_time_column", "time_bin"), ("max_time_column", "time_bin")]).is_ok());
+    assert!(check(&[
+        ("min_time_column", "time_bin"),
+        ("max_time_column", "time_bin")
+    ])
+    .is_ok());
     assert_eq!(
         rejected(&[("time_column", "time")]),
         "time column \"time\" (min_time_column) is not in the extract_query output"
@@ -309,7 +352,10 @@ fn time_columns_exist_and_are_nanosecond_timestamps() {
 #[test]
 fn only_read_only_queries() {
     for (query, kind) in [
-        ("CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/tmp/x'", "CREATE EXTERNAL TABLE"),
+        (
+            "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION '/tmp/x'",
+            "CREATE EXTERNAL TABLE",
+        ),
         ("COPY (SELECT 1) TO '/tmp/x'", "COPY … TO"),
         ("INSERT INTO log_entries VALUES (1)", "INSERT"),
         ("SET datafusion.execution.batch_size = 1", "SET"),
@@ -342,9 +388,15 @@ fn count_reads_only_raw_tables() {
         &catalog_with_log_stats(),
     )
     .unwrap_err();
-    assert_eq!(e.message, "count_src_query reads \"log_stats\", which is not a raw insert_time-bearing table");
     assert_eq!(
-        rejected(&[("count_src_query", "SELECT 1 AS count WHERE '{begin}' < '{end}'")]),
+        e.message,
+        "count_src_query reads \"log_stats\", which is not a raw insert_time-bearing table"
+    );
+    assert_eq!(
+        rejected(&[(
+            "count_src_query",
+            "SELECT 1 AS count WHERE '{begin}' < '{end}'"
+        )]),
         "count_src_query reads no raw table"
     );
 }
@@ -365,7 +417,10 @@ fn real_micromegas_functions_plan() {
         ("merge_sort_order", "time_bin"),
     ])
     .unwrap();
-    assert_eq!(v.schema.field(2).data_type(), &crate::functions::histogram_type());
+    assert_eq!(
+        v.schema.field(2).data_type(),
+        &crate::functions::histogram_type()
+    );
 }
 
 #[test]
@@ -379,7 +434,11 @@ fn deep_nesting_is_an_error_not_a_crash() {
     let deep = format!("SELECT {}1{} AS x", "(".repeat(10_000), ")".repeat(10_000));
     let e = crate::isolate::run(|| check(&[("extract_query", &deep)])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidDefinition);
-    assert!(e.message.starts_with("extract_query does not parse: "), "{}", e.message);
+    assert!(
+        e.message.starts_with("extract_query does not parse: "),
+        "{}",
+        e.message
+    );
     let long_chain = format!("SELECT 1{} AS x", " + 1".repeat(100_000));
     let e = crate::isolate::run(|| check(&[("extract_query", &long_chain)])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::ProgramLimit, "{e}");
@@ -387,7 +446,10 @@ fn deep_nesting_is_an_error_not_a_crash() {
     // Just under the limit still plans.
     let chain = format!("SELECT 1{} AS x", " + 1".repeat(400));
     let e = crate::isolate::run(|| check(&[("extract_query", &chain)])).unwrap_err();
-    assert_eq!(e.message, "extract_query output has no \"audience\" or \"process_id\" column of a string type");
+    assert_eq!(
+        e.message,
+        "extract_query output has no \"audience\" or \"process_id\" column of a string type"
+    );
 }
 
 #[test]

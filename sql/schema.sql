@@ -1,0 +1,292 @@
+-- micromegas_views: the schema, the role, the tables and the triggers that
+-- guard them. Runs first in CREATE EXTENSION (pgrx "bootstrap").
+--
+-- Every function pins search_path and qualifies every name, so nothing in
+-- public or pg_temp can stand in for an object of this extension.
+
+CREATE SCHEMA micromegas;
+COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definitions';
+
+-- The admin role. Roles belong to the cluster, not to a database, so it is
+-- created only when missing and DROP EXTENSION leaves it in place.
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_admin') THEN
+    CREATE ROLE micromegas_admin NOLOGIN;
+  END IF;
+END
+$$;
+
+-- The catalog version: one row, bumped by every committed change. Its row
+-- lock is the catalog lock every write path takes before reading what it checks.
+CREATE TABLE micromegas.catalog_state (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  version bigint NOT NULL
+);
+INSERT INTO micromegas.catalog_state VALUES (true, 0);
+
+-- The code-defined view sets the services own: what a definition may read.
+CREATE TABLE micromegas.builtin_view_sets (
+  view_set_name text PRIMARY KEY,
+  update_group integer,
+  kind text NOT NULL CHECK (kind IN ('raw', 'materialized', 'instance_only')),
+  has_view_maker boolean NOT NULL DEFAULT false,
+  global_instance_available boolean NOT NULL DEFAULT true,
+  schema_ipc text NOT NULL,
+  schema_json jsonb NOT NULL,
+  schema_hash bytea NOT NULL,
+  registered_at timestamptz NOT NULL,
+  registered_by text NOT NULL
+);
+
+-- The DDL-defined view sets. The column contract the services read.
+CREATE TABLE micromegas.lakehouse_view_set_definitions (
+  view_set_name text PRIMARY KEY,
+  definition_sql text NOT NULL,
+  extract_query text NOT NULL,
+  count_src_query text NOT NULL,
+  merge_partitions_query text NOT NULL,
+  update_group integer NOT NULL,
+  view_options jsonb NOT NULL,
+  schema_ipc text NOT NULL,
+  schema_json jsonb NOT NULL,
+  schema_hash bytea NOT NULL,
+  reads text[] NOT NULL,
+  created_at timestamptz NOT NULL,
+  updated_at timestamptz NOT NULL,
+  updated_by text
+);
+CREATE INDEX lakehouse_view_set_definitions_reads
+  ON micromegas.lakehouse_view_set_definitions USING gin (reads);
+
+COMMENT ON TABLE micromegas.lakehouse_view_set_definitions IS
+  'One row per DDL-defined view set; every write is validated and announced by triggers';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.reads IS
+  'The view sets the queries read, recorded at validation';
+
+-- The catalog lock and version. SECURITY DEFINER: admins may not write
+-- catalog_state themselves, so the version can only move forward by one.
+CREATE FUNCTION micromegas._mm_lock_catalog() RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT s.version FROM micromegas.catalog_state s FOR UPDATE
+$$;
+
+CREATE FUNCTION micromegas._mm_next_version() RETURNS bigint
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  UPDATE micromegas.catalog_state SET version = version + 1 RETURNING version
+$$;
+
+CREATE FUNCTION micromegas.mm_catalog_version() RETURNS bigint
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT s.version FROM micromegas.catalog_state s
+$$;
+COMMENT ON FUNCTION micromegas.mm_catalog_version() IS
+  'Strictly increases with every committed change to the definitions, drops included';
+
+CREATE FUNCTION micromegas._mm_actor() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text)
+$$;
+
+-- BEFORE INSERT OR UPDATE: lock, derive, validate. Whatever path writes the
+-- row, it is checked exactly like mm_create_view.
+CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  columns_null boolean;
+  statement_sql text;
+  definition jsonb;
+  relations text[];
+  snapshot jsonb;
+  checked jsonb;
+BEGIN
+  PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+    RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+      USING ERRCODE = 'feature_not_supported',
+            HINT = 'Create the view under the new name, then drop the old one.';
+  END IF;
+
+  columns_null := NEW.extract_query IS NULL AND NEW.count_src_query IS NULL
+    AND NEW.merge_partitions_query IS NULL AND NEW.update_group IS NULL AND NEW.view_options IS NULL;
+  statement_sql := NEW.definition_sql;
+  IF TG_OP = 'UPDATE' AND NOT columns_null
+     AND NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+     AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+         IS DISTINCT FROM
+         (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+    -- Only the columns changed: the stored text is re-rendered from them.
+    statement_sql := NULL;
+  END IF;
+
+  IF columns_null THEN
+    definition := micromegas._mm_definition_from_row(NEW.view_set_name, statement_sql,
+                                                     NULL, NULL, NULL, NULL, NULL);
+  ELSE
+    definition := micromegas._mm_definition_from_row(NEW.view_set_name, statement_sql,
+      NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
+  END IF;
+
+  relations := micromegas._mm_referenced_relations(definition);
+  SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
+    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind
+      FROM micromegas.builtin_view_sets b
+     WHERE b.view_set_name = ANY (relations)
+    UNION ALL
+    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized'
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = ANY (relations) AND d.view_set_name <> (definition->>'name')
+  ) e;
+  checked := micromegas._mm_validate(definition, snapshot);
+
+  NEW.view_set_name := definition->>'name';
+  NEW.extract_query := definition->>'extract_query';
+  NEW.count_src_query := definition->>'count_src_query';
+  NEW.merge_partitions_query := definition->>'merge_partitions_query';
+  NEW.update_group := (definition->>'update_group')::integer;
+  NEW.view_options := checked->'view_options';
+  NEW.definition_sql := coalesce(statement_sql, checked->>'definition_sql');
+  NEW.schema_ipc := checked->>'schema_ipc';
+  NEW.schema_json := checked->'schema_json';
+  NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
+  NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
+  NEW.updated_at := clock_timestamp();
+  NEW.updated_by := micromegas._mm_actor();
+  IF TG_OP = 'INSERT' THEN
+    NEW.created_at := NEW.updated_at;
+  ELSE
+    NEW.created_at := OLD.created_at;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+-- BEFORE DELETE: lock, and refuse to break a definition that reads this one.
+CREATE FUNCTION micromegas._mm_definitions_before_delete() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dependents text;
+BEGIN
+  PERFORM micromegas._mm_next_version();
+  SELECT string_agg(format('materialized view "%s" depends on materialized view "%s"',
+                           d.view_set_name, OLD.view_set_name), E'\n' ORDER BY d.view_set_name)
+    INTO dependents
+    FROM micromegas.lakehouse_view_set_definitions d
+   WHERE d.reads @> ARRAY[OLD.view_set_name];
+  IF dependents IS NOT NULL THEN
+    RAISE EXCEPTION 'cannot drop materialized view "%" because other objects depend on it', OLD.view_set_name
+      USING ERRCODE = 'dependent_objects_still_exist',
+            DETAIL = dependents,
+            HINT = 'Drop the dependent materialized views first; there is no CASCADE.';
+  END IF;
+  RETURN OLD;
+END
+$$;
+
+-- AFTER each committed row change: one NOTIFY with a small JSON payload.
+-- NOTIFY is transactional, so a rolled-back change sends nothing.
+CREATE FUNCTION micromegas._mm_definitions_notify() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  row_name text;
+  row_group integer;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    row_name := OLD.view_set_name; row_group := OLD.update_group;
+  ELSE
+    row_name := NEW.view_set_name; row_group := NEW.update_group;
+  END IF;
+  PERFORM pg_notify('micromegas_view_definitions', json_build_object(
+    'op', CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'replace' ELSE 'drop' END,
+    'view_set_name', row_name,
+    'update_group', row_group,
+    'version', micromegas.mm_catalog_version())::text);
+  RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_refuse_truncate() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RAISE EXCEPTION 'TRUNCATE is not allowed on %.%', TG_TABLE_SCHEMA, TG_TABLE_NAME
+    USING ERRCODE = 'feature_not_supported',
+          HINT = 'Use DELETE (or mm_drop_view) so that dependencies are checked and services are notified.';
+END
+$$;
+
+CREATE TRIGGER definitions_before_write
+  BEFORE INSERT OR UPDATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_before_write();
+CREATE TRIGGER definitions_before_delete
+  BEFORE DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_before_delete();
+CREATE TRIGGER definitions_notify
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_notify();
+CREATE TRIGGER definitions_no_truncate
+  BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- Built-in view sets: the schema is normalized (JSON or IPC in, every form
+-- stored), the catalog version moves, and services are told.
+CREATE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  normalized jsonb;
+BEGIN
+  PERFORM micromegas._mm_next_version();
+  IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
+    normalized := micromegas._mm_normalize_schema(NEW.schema_ipc);
+  ELSIF NEW.schema_json IS NOT NULL THEN
+    normalized := micromegas._mm_normalize_schema(NEW.schema_json::text);
+  ELSE
+    RAISE EXCEPTION 'built-in view set "%" needs a schema', NEW.view_set_name
+      USING ERRCODE = 'not_null_violation', HINT = 'Set schema_json or schema_ipc.';
+  END IF;
+  NEW.schema_ipc := normalized->>'schema_ipc';
+  NEW.schema_json := normalized->'schema_json';
+  NEW.schema_hash := decode(normalized->>'schema_hash', 'hex');
+  NEW.registered_at := clock_timestamp();
+  NEW.registered_by := micromegas._mm_actor();
+  RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_builtins_notify() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  row_name text;
+  row_group integer;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    row_name := OLD.view_set_name; row_group := OLD.update_group;
+  ELSE
+    row_name := NEW.view_set_name; row_group := NEW.update_group;
+  END IF;
+  PERFORM pg_notify('micromegas_view_definitions', json_build_object(
+    'op', 'builtin', 'view_set_name', row_name, 'update_group', row_group,
+    'version', micromegas.mm_catalog_version())::text);
+  RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_builtins_before_delete() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_next_version();
+  RETURN OLD;
+END
+$$;
+
+CREATE TRIGGER builtins_before_write
+  BEFORE INSERT OR UPDATE ON micromegas.builtin_view_sets
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_before_write();
+CREATE TRIGGER builtins_before_delete
+  BEFORE DELETE ON micromegas.builtin_view_sets
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_before_delete();
+CREATE TRIGGER builtins_notify
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.builtin_view_sets
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_notify();
+CREATE TRIGGER builtins_no_truncate
+  BEFORE TRUNCATE ON micromegas.builtin_view_sets
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();

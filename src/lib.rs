@@ -1,0 +1,26 @@
+//! micromegas_views: the pgrx shell around `micromegas_views_core`.
+//!
+//! The SQL objects (tables, triggers, the public functions) are hand-written
+//! in `sql/`; the Rust functions here are the pure steps they call.
+
+mod pg;
+
+::pgrx::pg_module_magic!(name, version);
+
+pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
+pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
+
+#[cfg(any(test, feature = "pg_test"))]
+#[pgrx::pg_schema]
+mod tests;
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec![]
+    }
+}

@@ -1,0 +1,2 @@
+#[pgrx::pg_test]
+fn placeholder() {}
