@@ -89,13 +89,17 @@ BEGIN
 END
 $$;
 
--- DROP MATERIALIZED VIEW [IF EXISTS] <name>
+-- DROP MATERIALIZED VIEW [IF EXISTS] <name>, or just a bare view name.
 CREATE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   parsed jsonb;
 BEGIN
+  IF statement ~ '^\s*[a-z_][a-z0-9_]*\s*;?\s*$' THEN
+    RETURN QUERY SELECT * FROM micromegas.mm_drop_view(btrim(statement, E' \t\r\n;')::name, false);
+    RETURN;
+  END IF;
   parsed := micromegas._mm_parse_statement(statement);
   IF parsed->>'kind' <> 'drop' THEN
     RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'

@@ -11,7 +11,6 @@ pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]
-#[pgrx::pg_schema]
 mod tests;
 
 /// Required by `cargo pgrx test`.

@@ -1,2 +1,96 @@
-#[pgrx::pg_test]
-fn placeholder() {}
+//! `#[pg_test]`s: the Rust steps called in a real backend. The SQL surface
+//! is covered by the pg_regress and isolation suites in `pgrx-tests/`.
+
+#[pgrx::pg_schema]
+mod tests {
+    use pgrx::prelude::*;
+
+    #[pg_test]
+    fn shipped_log_stats_is_installed_and_valid() {
+        let hash = Spi::get_one::<String>(
+            "SELECT encode(schema_hash, 'hex') FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(hash.len(), 16);
+        let reads = Spi::get_one::<Vec<String>>(
+            "SELECT reads FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(reads, vec!["blocks".to_string(), "log_entries".to_string()]);
+    }
+
+    #[pg_test]
+    fn create_replace_drop_round_trip() {
+        let create = "CREATE MATERIALIZED VIEW t1 WITH (extract_query = 'SELECT time, process_id FROM log_entries', \
+            count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', \
+            merge_partitions_query = 'SELECT time, process_id FROM {source}', update_group = 4000, time_column = 'time')";
+        let before = Spi::get_one::<i64>("SELECT micromegas.mm_catalog_version()")
+            .unwrap()
+            .unwrap();
+        let status = Spi::get_one_with_args::<String>(
+            "SELECT status FROM micromegas.mm_create_view($1)",
+            &[create.into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(status, "created");
+        let replaced = create.replace("CREATE", "CREATE OR REPLACE");
+        let status = Spi::get_one_with_args::<String>(
+            "SELECT status FROM micromegas.mm_create_view($1)",
+            &[replaced.as_str().into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(status, "replaced");
+        let status = Spi::get_one::<String>(
+            "SELECT status FROM micromegas.mm_drop_view('DROP MATERIALIZED VIEW t1')",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(status, "dropped");
+        let after = Spi::get_one::<i64>("SELECT micromegas.mm_catalog_version()")
+            .unwrap()
+            .unwrap();
+        assert_eq!(after, before + 3);
+    }
+
+    #[pg_test(error = "syntax error at or near \"VIEW\": expected MATERIALIZED")]
+    fn malformed_statement_is_an_error() {
+        Spi::run("SELECT micromegas._mm_parse_statement('CREATE VIEW v WITH (a = 1)')").unwrap();
+    }
+
+    #[pg_test(error = "extract_query calls now(), which is not immutable")]
+    fn validation_runs_in_the_trigger() {
+        Spi::run(
+            "INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql) VALUES ('t2', \
+             $$CREATE MATERIALIZED VIEW t2 WITH (extract_query = 'SELECT now() AS time, process_id FROM log_entries', \
+             count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', \
+             merge_partitions_query = 'SELECT time, process_id FROM {source}', update_group = 4000, time_column = 'time')$$)",
+        )
+        .unwrap();
+    }
+
+    #[pg_test]
+    fn deep_input_is_an_error_not_a_crash() {
+        let deep = format!(
+            "SELECT micromegas._mm_referenced_relations(jsonb_build_object('name', 'x', 'extract_query', 'SELECT {}1{}', \
+             'count_src_query', 'x', 'merge_partitions_query', 'x', 'update_group', 1, 'options', \
+             jsonb_build_object('min_time_column', 't', 'max_time_column', 't', 'source_partition_delta', '1 day', \
+             'merge_partition_delta', '1 day', 'merge_sort_order', null)))",
+            "(".repeat(5000),
+            ")".repeat(5000)
+        );
+        let result = PgTryBuilder::new(|| Spi::run(&deep).is_ok())
+            .catch_others(|e| match e {
+                pg_sys::panic::CaughtError::PostgresError(report) => {
+                    assert_eq!(report.message(), "extract_query is nested too deeply");
+                    false
+                }
+                other => panic!("unexpected error: {other:?}"),
+            })
+            .execute();
+        assert!(!result);
+    }
+}

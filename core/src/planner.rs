@@ -144,6 +144,15 @@ fn statement_kind(statement: &SqlStatement) -> String {
 }
 
 fn does_not_parse(option: &str, e: &DataFusionError) -> Error {
+    if df_message(e).contains("recursion limit exceeded") {
+        return Error::new(
+            ErrorKind::ProgramLimit,
+            format!("{option} is nested too deeply"),
+        )
+        .with_detail(format!(
+            "The parser accepts at most {PARSER_RECURSION_LIMIT} levels of nesting."
+        ));
+    }
     Error::definition(format!(
         "{option} does not parse: {}",
         first_line(&df_message(e))

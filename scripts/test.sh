@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Runs every test: the core's unit tests, the #[pg_test] suite, the pg_regress
+# suite and the isolation specs. This is the README's test command and what
+# .ci/run calls.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+"$here/setup.sh"
+source "$here/env.sh"
+cd "$root"
+
+echo "== core unit tests (cargo test)"
+cargo test -p micromegas_views_core
+
+echo "== #[pg_test] suite (cargo pgrx test pg15)"
+mkdir -p "$MMV_STATE/pgrx-test-data"
+[ "$(id -u)" = 0 ] && chown postgres "$MMV_STATE/pgrx-test-data"
+cargo pgrx test pg15 --runas postgres --pgdata "$MMV_STATE/pgrx-test-data"
+
+echo "== SQL suites against a throwaway cluster"
+"$here/cluster.sh" install
+"$here/cluster.sh" start
+trap '"$here/cluster.sh" stop' EXIT
+out="$MMV_STATE/results"
+rm -rf "$out" && mkdir -p "$out" && chmod 777 "$out"
+status=0
+regress_tests=$(cd pgrx-tests/regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
+as_postgres "$PGXS_DIR/src/test/regress/pg_regress" \
+  --inputdir=pgrx-tests/regress --outputdir="$out/regress" \
+  --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_regress \
+  $regress_tests || status=1
+isolation_tests=$(cd pgrx-tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
+as_postgres "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
+  --inputdir=pgrx-tests/isolation --outputdir="$out/isolation" \
+  --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_isolation \
+  --load-extension=micromegas_views \
+  $isolation_tests || status=1
+if [ $status -ne 0 ]; then
+  for d in "$out"/regress "$out"/isolation; do
+    [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
+  done
+  echo "SQL suites failed"
+  exit 1
+fi
+echo "all test suites passed"
