@@ -183,9 +183,9 @@ BEGIN
 END
 $$;
 
--- AFTER each committed row change: one NOTIFY with a small JSON payload.
--- NOTIFY is transactional, so a rolled-back change sends nothing.
-CREATE FUNCTION micromegas._mm_definitions_notify() RETURNS trigger
+-- AFTER each committed row change of either table: one NOTIFY with a small
+-- JSON payload. NOTIFY is transactional, so a rolled-back change sends nothing.
+CREATE FUNCTION micromegas._mm_notify() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   row_name text;
@@ -197,7 +197,10 @@ BEGIN
     row_name := NEW.view_set_name; row_group := NEW.update_group;
   END IF;
   PERFORM pg_notify('micromegas_view_definitions', json_build_object(
-    'op', CASE TG_OP WHEN 'INSERT' THEN 'create' WHEN 'UPDATE' THEN 'replace' ELSE 'drop' END,
+    'op', CASE WHEN TG_TABLE_NAME = 'builtin_view_sets' THEN 'builtin'
+               WHEN TG_OP = 'INSERT' THEN 'create'
+               WHEN TG_OP = 'UPDATE' THEN 'replace'
+               ELSE 'drop' END,
     'view_set_name', row_name,
     'update_group', row_group,
     'version', micromegas.mm_catalog_version())::text);
@@ -222,7 +225,7 @@ CREATE TRIGGER definitions_before_delete
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_before_delete();
 CREATE TRIGGER definitions_notify
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
-  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_notify();
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_notify();
 CREATE TRIGGER definitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -252,24 +255,6 @@ BEGIN
 END
 $$;
 
-CREATE FUNCTION micromegas._mm_builtins_notify() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  row_name text;
-  row_group integer;
-BEGIN
-  IF TG_OP = 'DELETE' THEN
-    row_name := OLD.view_set_name; row_group := OLD.update_group;
-  ELSE
-    row_name := NEW.view_set_name; row_group := NEW.update_group;
-  END IF;
-  PERFORM pg_notify('micromegas_view_definitions', json_build_object(
-    'op', 'builtin', 'view_set_name', row_name, 'update_group', row_group,
-    'version', micromegas.mm_catalog_version())::text);
-  RETURN NULL;
-END
-$$;
-
 CREATE FUNCTION micromegas._mm_builtins_before_delete() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -286,7 +271,7 @@ CREATE TRIGGER builtins_before_delete
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_before_delete();
 CREATE TRIGGER builtins_notify
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.builtin_view_sets
-  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_notify();
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_notify();
 CREATE TRIGGER builtins_no_truncate
   BEFORE TRUNCATE ON micromegas.builtin_view_sets
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
