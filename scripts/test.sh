@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test: the core's unit tests, the #[pg_test] suite, the pg_regress
-# suite and the isolation specs. This is the README's test command and what
+# suite, the isolation specs and a short randomized DDL stress run. This is the README's test command and what
 # .ci/run calls.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -23,25 +23,31 @@ echo "== SQL suites against a throwaway cluster"
 trap '"$here/cluster.sh" stop' EXIT
 out="$MMV_STATE/results"
 rm -rf "$out" && mkdir -p "$out" && chmod 777 "$out"
+# The suites run as the postgres OS user, which may not be able to read the
+# clone (e.g. under /root): they run from a world-readable copy.
+suite="$MMV_STATE/suite"
+rm -rf "$suite" && cp -r pgrx-tests "$suite" && chmod -R a+rX "$suite"
+cd "$suite"
 failed=0
-regress_tests=$(cd pgrx-tests/regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
+regress_tests=$(cd regress/sql && ls *.sql | sed 's/\.sql$//' | sort)
 as_postgres "$PGXS_DIR/src/test/regress/pg_regress" \
-  --inputdir=pgrx-tests/regress --outputdir="$out/regress" \
+  --inputdir=regress --outputdir="$out/regress" \
   --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_regress \
   $regress_tests || failed=$((failed + 1))
-isolation_tests=$(cd pgrx-tests/isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
+isolation_tests=$(cd isolation/specs && ls *.spec | sed 's/\.spec$//' | sort)
 as_postgres "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
-  --inputdir=pgrx-tests/isolation --outputdir="$out/isolation" \
+  --inputdir=isolation --outputdir="$out/isolation" \
   --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_isolation \
   --load-extension=micromegas_views \
   $isolation_tests || failed=$((failed + 1))
+"$here/stress.sh" 4 50 || failed=$((failed + 1))
 # cargo test and cargo pgrx test stop the script on failure (set -e), so two
 # suites have passed when we get here.
 if [ $failed -ne 0 ]; then
   for d in "$out"/regress "$out"/isolation; do
     [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
   done
-  echo "suites: $((4 - failed)) passed, $failed failed"
+  echo "suites: $((5 - failed)) passed, $failed failed"
   exit 1
 fi
-echo "suites: 4 passed, 0 failed"
+echo "suites: 5 passed, 0 failed"

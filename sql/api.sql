@@ -112,9 +112,10 @@ $$;
 -- Seed 002: every row of the definitions table, straight from Postgres.
 CREATE FUNCTION micromegas.list_view_set_definitions()
 RETURNS TABLE (view_set_name text, definition_sql text, update_group integer,
-               updated_at timestamptz, updated_by text)
+               updated_at timestamptz, updated_by text, load_status text, load_error text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT d.view_set_name, d.definition_sql, d.update_group, d.updated_at, d.updated_by
+  SELECT d.view_set_name, d.definition_sql, d.update_group, d.updated_at, d.updated_by,
+         d.load_status, d.load_error
     FROM micromegas.lakehouse_view_set_definitions d
    ORDER BY d.view_set_name
 $$;
@@ -151,6 +152,24 @@ BEGIN
   RETURN QUERY SELECT b.view_set_name, b.schema_hash, micromegas.mm_catalog_version()
                  FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
 END
+$$;
+
+-- The catalog invariant, for operators and the concurrency tests: every
+-- definition that reads a view set that does not exist, or whose
+-- update_group is not above the group of something it reads. Always empty.
+CREATE FUNCTION micromegas.mm_catalog_violations()
+RETURNS TABLE (view_set_name text, reads text, problem text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT d.view_set_name, r.name,
+         CASE WHEN x.view_set_name IS NULL AND b.view_set_name IS NULL THEN 'reads a missing view set'
+              ELSE format('update_group %s is not above %s', d.update_group, coalesce(x.update_group, b.update_group)) END
+    FROM micromegas.lakehouse_view_set_definitions d
+   CROSS JOIN LATERAL unnest(d.reads) AS r(name)
+    LEFT JOIN micromegas.lakehouse_view_set_definitions x ON x.view_set_name = r.name
+    LEFT JOIN micromegas.builtin_view_sets b ON b.view_set_name = r.name
+   WHERE (x.view_set_name IS NULL AND b.view_set_name IS NULL)
+      OR d.update_group <= coalesce(x.update_group, b.update_group)
+   ORDER BY 1, 2
 $$;
 
 -- The shipped rows: today's built-in view sets, and log_stats.

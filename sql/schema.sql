@@ -54,7 +54,9 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   reads text[] NOT NULL,
   created_at timestamptz NOT NULL,
   updated_at timestamptz NOT NULL,
-  updated_by text
+  updated_by text,
+  load_status text NOT NULL DEFAULT 'ok' CHECK (load_status IN ('ok', 'failed')),
+  load_error text
 );
 CREATE INDEX lakehouse_view_set_definitions_reads
   ON micromegas.lakehouse_view_set_definitions USING gin (reads);
@@ -88,6 +90,84 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text)
 $$;
 
+-- Plans and checks a definition (jsonb, as _mm_definition_from_row returns
+-- it) against a snapshot of exactly the view sets its queries mention, as
+-- they are in the table now. Writes nothing.
+CREATE FUNCTION micromegas._mm_check(definition jsonb) RETURNS jsonb
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  relations text[] := micromegas._mm_referenced_relations(definition);
+  snapshot jsonb;
+BEGIN
+  SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
+    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind
+      FROM micromegas.builtin_view_sets b
+     WHERE b.view_set_name = ANY (relations)
+    UNION ALL
+    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized'
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = ANY (relations) AND d.view_set_name <> (definition->>'name')
+  ) e;
+  RETURN micromegas._mm_validate(definition, snapshot);
+END
+$$;
+
+-- The stored definition of a row, for re-checking it.
+CREATE FUNCTION micromegas._mm_row_definition(d micromegas.lakehouse_view_set_definitions) RETURNS jsonb
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT micromegas._mm_definition_from_row(d.view_set_name, NULL, d.extract_query, d.count_src_query,
+                                            d.merge_partitions_query, d.update_group, d.view_options)
+$$;
+
+-- Re-checks every definition that reads `source` after `source` changed
+-- (schema or group). A dependent that still validates but whose schema moved
+-- is rewritten (which re-checks its own dependents in turn). One that no
+-- longer validates either refuses the change (strict: a DDL view was
+-- replaced) or is marked as failed to load (a built-in schema was registered:
+-- the service's code is the truth), with every view reading it.
+CREATE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked jsonb;
+  problem text;
+BEGIN
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    BEGIN
+      checked := micromegas._mm_check(micromegas._mm_row_definition(dep));
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      IF strict THEN
+        RAISE EXCEPTION 'cannot change materialized view "%" because materialized view "%" depends on it', source, dep.view_set_name
+          USING ERRCODE = 'dependent_objects_still_exist',
+                DETAIL = format('materialized view "%s" would no longer be valid: %s', dep.view_set_name, problem),
+                HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dep.view_set_name);
+      END IF;
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
+       WHERE d.view_set_name = dep.view_set_name;
+      WITH RECURSIVE downstream(name) AS (
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+        UNION
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream w WHERE x.reads @> ARRAY[w.name]
+      )
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
+       WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
+      CONTINUE;
+    END;
+    IF decode(checked->>'schema_hash', 'hex') IS DISTINCT FROM dep.schema_hash OR dep.load_status <> 'ok' THEN
+      -- A full rewrite re-validates it, stores the new schema, clears a
+      -- failed mark, notifies, and re-checks its own dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = d.definition_sql
+       WHERE d.view_set_name = dep.view_set_name;
+    END IF;
+  END LOOP;
+END
+$$;
+
 -- BEFORE INSERT OR UPDATE: lock, derive, validate. Whatever path writes the
 -- row, it is checked exactly like mm_create_view.
 CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
@@ -96,11 +176,18 @@ DECLARE
   columns_null boolean;
   statement_sql text;
   definition jsonb;
-  relations text[];
-  snapshot jsonb;
   checked jsonb;
 BEGIN
   PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'UPDATE' AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+     AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+          NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+         IS NOT DISTINCT FROM
+         (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+          OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+    -- Marking a definition as failed to load is the one write not validated.
+    RETURN NEW;
+  END IF;
   IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
     RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
       USING ERRCODE = 'feature_not_supported',
@@ -127,17 +214,7 @@ BEGIN
       NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
   END IF;
 
-  relations := micromegas._mm_referenced_relations(definition);
-  SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
-    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind
-      FROM micromegas.builtin_view_sets b
-     WHERE b.view_set_name = ANY (relations)
-    UNION ALL
-    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized'
-      FROM micromegas.lakehouse_view_set_definitions d
-     WHERE d.view_set_name = ANY (relations) AND d.view_set_name <> (definition->>'name')
-  ) e;
-  checked := micromegas._mm_validate(definition, snapshot);
+  checked := micromegas._mm_check(definition);
 
   NEW.view_set_name := definition->>'name';
   NEW.extract_query := definition->>'extract_query';
@@ -152,6 +229,8 @@ BEGIN
   NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
   NEW.updated_at := clock_timestamp();
   NEW.updated_by := micromegas._mm_actor();
+  NEW.load_status := 'ok';
+  NEW.load_error := NULL;
   IF TG_OP = 'INSERT' THEN
     NEW.created_at := NEW.updated_at;
   ELSE
@@ -188,6 +267,7 @@ $$;
 CREATE FUNCTION micromegas._mm_notify() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  op text;
   row_name text;
   row_group integer;
 BEGIN
@@ -196,14 +276,53 @@ BEGIN
   ELSE
     row_name := NEW.view_set_name; row_group := NEW.update_group;
   END IF;
+  IF TG_TABLE_NAME = 'builtin_view_sets' THEN
+    op := 'builtin';
+  ELSIF TG_OP = 'INSERT' THEN
+    op := 'create';
+  ELSIF TG_OP = 'DELETE' THEN
+    op := 'drop';
+  ELSIF NEW.load_status = 'failed' THEN
+    op := 'failed';
+  ELSE
+    op := 'replace';
+  END IF;
   PERFORM pg_notify('micromegas_view_definitions', json_build_object(
-    'op', CASE WHEN TG_TABLE_NAME = 'builtin_view_sets' THEN 'builtin'
-               WHEN TG_OP = 'INSERT' THEN 'create'
-               WHEN TG_OP = 'UPDATE' THEN 'replace'
-               ELSE 'drop' END,
+    'op', op,
     'view_set_name', row_name,
     'update_group', row_group,
     'version', micromegas.mm_catalog_version())::text);
+  RETURN NULL;
+END
+$$;
+
+-- AFTER UPDATE of a definition whose schema or group moved: its dependents
+-- must still validate, or the change is refused. After a failed definition
+-- validates again, its dependents are re-checked and cleared too.
+CREATE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
+    -- Re-validated after a failure: what reads it may load again.
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
+  ELSIF NEW.schema_hash IS DISTINCT FROM OLD.schema_hash OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, true);
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+-- AFTER a built-in view set's schema or group changed: the service's code is
+-- the truth, so dependents that no longer validate are marked, not refused.
+CREATE FUNCTION micromegas._mm_builtins_after_write() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM micromegas._mm_recheck_dependents(OLD.view_set_name, false);
+  ELSIF TG_OP = 'INSERT' OR NEW.schema_hash IS DISTINCT FROM OLD.schema_hash
+     OR NEW.update_group IS DISTINCT FROM OLD.update_group OR NEW.kind IS DISTINCT FROM OLD.kind THEN
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
+  END IF;
   RETURN NULL;
 END
 $$;
@@ -226,6 +345,9 @@ CREATE TRIGGER definitions_before_delete
 CREATE TRIGGER definitions_notify
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_notify();
+CREATE TRIGGER definitions_after_update
+  AFTER UPDATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_after_update();
 CREATE TRIGGER definitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -272,6 +394,9 @@ CREATE TRIGGER builtins_before_delete
 CREATE TRIGGER builtins_notify
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.builtin_view_sets
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_notify();
+CREATE TRIGGER builtins_after_write
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.builtin_view_sets
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_after_write();
 CREATE TRIGGER builtins_no_truncate
   BEFORE TRUNCATE ON micromegas.builtin_view_sets
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();

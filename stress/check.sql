@@ -1,0 +1,22 @@
+-- After the run: outcomes, then the invariants. Every stored definition still
+-- validates against the catalog as it is, and nothing reads a missing view or
+-- breaks group order. The last query's count must be 0.
+SELECT outcome, n FROM mmv_stress_outcomes ORDER BY outcome;
+SELECT view_set_name, update_group, reads FROM micromegas.lakehouse_view_set_definitions
+ WHERE view_set_name LIKE 's\_%' ORDER BY view_set_name;
+CREATE FUNCTION pg_temp.still_valid(d micromegas.lakehouse_view_set_definitions) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+  checked jsonb;
+BEGIN
+  checked := micromegas._mm_check(micromegas._mm_row_definition(d));
+  RETURN decode(checked->>'schema_hash', 'hex') = d.schema_hash;
+EXCEPTION WHEN OTHERS THEN
+  RETURN false;
+END
+$$;
+CREATE TEMP TABLE mmv_stress_invalid AS
+SELECT d.view_set_name FROM micromegas.lakehouse_view_set_definitions d
+ WHERE NOT pg_temp.still_valid(d);
+SELECT (SELECT count(*) FROM micromegas.mm_catalog_violations())
+     + (SELECT count(*) FROM mmv_stress_invalid) AS violations;
