@@ -172,6 +172,115 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY 1, 2
 $$;
 
+-- Seed 002: every view set the services should load — the built-ins and the
+-- DDL rows that validated — with its current schema and hash. Any role.
+CREATE FUNCTION micromegas.list_view_sets()
+RETURNS TABLE (view_set_name text, current_schema_hash bytea, schema text, has_view_maker boolean,
+               global_instance_available boolean, update_group integer, origin text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT b.view_set_name, b.schema_hash, micromegas._mm_format_schema(b.schema_ipc),
+         b.has_view_maker, b.global_instance_available, b.update_group, 'builtin'
+    FROM micromegas.builtin_view_sets b
+  UNION ALL
+  SELECT d.view_set_name, d.schema_hash, micromegas._mm_format_schema(d.schema_ipc),
+         false, true, d.update_group, 'ddl'
+    FROM micromegas.lakehouse_view_set_definitions d
+   WHERE d.load_status = 'ok'
+   ORDER BY 1
+$$;
+
+-- The reload protocol's one read: the catalog version and every loadable
+-- definition, in materialization order (update_group, then name). A single
+-- SQL statement, so one consistent snapshot.
+CREATE FUNCTION micromegas.mm_view_set_snapshot()
+RETURNS TABLE (catalog_version bigint, view_set_name text, update_group integer,
+               extract_query text, count_src_query text, merge_partitions_query text,
+               view_options jsonb, schema_ipc text, schema_hash bytea, reads text[], updated_at timestamptz)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT s.version, d.view_set_name, d.update_group, d.extract_query, d.count_src_query,
+         d.merge_partitions_query, d.view_options, d.schema_ipc, d.schema_hash, d.reads, d.updated_at
+    FROM micromegas.catalog_state s
+    LEFT JOIN micromegas.lakehouse_view_set_definitions d ON d.load_status = 'ok'
+   ORDER BY d.update_group, d.view_set_name
+$$;
+
+-- Edges: which view set each definition reads, with both groups.
+CREATE FUNCTION micromegas.list_view_dependencies()
+RETURNS TABLE (view_set_name text, update_group integer, depends_on text, depends_on_group integer,
+               depends_on_origin text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT d.view_set_name, d.update_group, r.name, coalesce(x.update_group, b.update_group),
+         CASE WHEN x.view_set_name IS NOT NULL THEN 'ddl' ELSE 'builtin' END
+    FROM micromegas.lakehouse_view_set_definitions d
+   CROSS JOIN LATERAL unnest(d.reads) AS r(name)
+    LEFT JOIN micromegas.lakehouse_view_set_definitions x ON x.view_set_name = r.name
+    LEFT JOIN micromegas.builtin_view_sets b ON b.view_set_name = r.name
+   ORDER BY 1, 3
+$$;
+
+-- The order the daemon follows: ascending update_group, then name, over the
+-- grouped built-ins and the loadable DDL views.
+CREATE FUNCTION micromegas.mm_materialization_order()
+RETURNS TABLE ("position" bigint, view_set_name text, update_group integer, origin text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT row_number() OVER (ORDER BY o.update_group, o.view_set_name), o.view_set_name, o.update_group, o.origin
+    FROM (SELECT b.view_set_name, b.update_group, 'builtin' AS origin
+            FROM micromegas.builtin_view_sets b WHERE b.update_group IS NOT NULL
+          UNION ALL
+          SELECT d.view_set_name, d.update_group, 'ddl'
+            FROM micromegas.lakehouse_view_set_definitions d WHERE d.load_status = 'ok') o
+   ORDER BY 1
+$$;
+
+-- The dry run: everything mm_create_view would do — parsing, every check,
+-- the dependents' re-checks — inside a subtransaction that is always rolled
+-- back, so nothing is written and no notification is sent.
+CREATE FUNCTION micromegas.mm_explain_view(statement text)
+RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
+               dependents text[], materialization_position bigint, problems text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  target text;
+  outcome text;
+  row_schema text;
+  row_hash bytea;
+  row_reads text[];
+  row_dependents text[];
+  row_position bigint;
+  problem text;
+  problem_detail text;
+  problem_state text;
+BEGIN
+  BEGIN
+    SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
+    SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
+      INTO row_schema, row_hash, row_reads
+      FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+    SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
+    RAISE EXCEPTION 'dry run' USING ERRCODE = 'MMDRY';
+  EXCEPTION
+    WHEN SQLSTATE 'MMDRY' THEN
+      NULL;
+    WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_detail = PG_EXCEPTION_DETAIL,
+                              problem_state = RETURNED_SQLSTATE;
+      BEGIN
+        target := micromegas._mm_parse_statement(statement)->>'name';
+      EXCEPTION WHEN OTHERS THEN
+        target := NULL;
+      END;
+      outcome := 'refused';
+      problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
+  END;
+  SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
+    FROM micromegas.lakehouse_view_set_definitions d
+   WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
+  RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
+                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+END
+$$;
+
 -- The shipped rows: today's built-in view sets, and log_stats.
 INSERT INTO micromegas.builtin_view_sets
        (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_json)
@@ -192,3 +301,4 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromeg
 GRANT SELECT ON micromegas.catalog_state TO micromegas_admin;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas TO micromegas_admin;
 GRANT EXECUTE ON FUNCTION micromegas.mm_catalog_version() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION micromegas.list_view_sets() TO PUBLIC;
