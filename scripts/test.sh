@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: the core's unit tests, the #[pg_test] suite, the pg_regress
-# suite, the isolation specs and a short randomized DDL stress run. This is the README's test command and what
+# suite, the isolation specs, the client's integration tests and a short
+# randomized DDL stress run. This is the README's test command and what
 # .ci/run calls.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -40,6 +41,12 @@ as_postgres "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
   --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_isolation \
   --load-extension=micromegas_views \
   $isolation_tests || failed=$((failed + 1))
+echo "== client integration tests (cargo test -p micromegas_views_client)"
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_client" -c "CREATE DATABASE mmv_client"
+psql -X -q -d mmv_client -c "CREATE EXTENSION micromegas_views"
+(cd "$root" && MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
+  cargo test -p micromegas_views_client --features integration) || failed=$((failed + 1))
+echo "== randomized DDL stress (scripts/stress.sh 4 50)"
 "$here/stress.sh" 4 50 || failed=$((failed + 1))
 # cargo test and cargo pgrx test stop the script on failure (set -e), so two
 # suites have passed when we get here.
@@ -47,7 +54,7 @@ if [ $failed -ne 0 ]; then
   for d in "$out"/regress "$out"/isolation; do
     [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
   done
-  echo "suites: $((5 - failed)) passed, $failed failed"
+  echo "suites: $((6 - failed)) passed, $failed failed"
   exit 1
 fi
-echo "suites: 5 passed, 0 failed"
+echo "suites: 6 passed, 0 failed"

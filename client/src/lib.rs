@@ -1,0 +1,270 @@
+//! The services' side of the reload protocol.
+//!
+//! A [`Watcher`] keeps an `Arc<Snapshot>` of every loadable view set
+//! definition, in materialization order, with the catalog version it was read
+//! at. It LISTENs on `micromegas_view_definitions` and reloads on a
+//! notification; it also polls `mm_catalog_version()` every
+//! `poll_interval`, so a missed notification (or a replica, where NOTIFY never
+//! arrives) still converges. A failed reload keeps the last good snapshot; a
+//! lost connection is re-established with exponential backoff.
+
+use futures_util::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+pub const CHANNEL: &str = "micromegas_view_definitions";
+pub const APPLICATION_NAME: &str = "micromegas-views-client";
+
+/// One DDL-defined view set, as the services load it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ViewDefinition {
+    pub name: String,
+    pub update_group: i32,
+    pub extract_query: String,
+    pub count_src_query: String,
+    pub merge_partitions_query: String,
+    /// `min_time_column`, `max_time_column`, `source_partition_delta`,
+    /// `merge_partition_delta`, `merge_sort_order`.
+    pub view_options: serde_json::Value,
+    /// The inferred Arrow schema, base64 Arrow IPC stream.
+    pub schema_ipc: String,
+    pub schema_hash: Vec<u8>,
+    pub reads: Vec<String>,
+}
+
+/// Every loadable definition at one catalog version, ordered by
+/// (update_group, name): the order the daemon materializes in.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Snapshot {
+    pub version: i64,
+    pub views: Vec<ViewDefinition>,
+}
+
+impl Snapshot {
+    /// `(name, update_group)` in materialization order.
+    pub fn materialization_order(&self) -> Vec<(&str, i32)> {
+        self.views
+            .iter()
+            .map(|v| (v.name.as_str(), v.update_group))
+            .collect()
+    }
+}
+
+/// Reads the whole ordered snapshot in one statement (one consistent read).
+pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::Error> {
+    let rows = client
+        .query(
+            "SELECT catalog_version, view_set_name, update_group, extract_query, count_src_query, \
+             merge_partitions_query, view_options, schema_ipc, schema_hash, reads \
+             FROM micromegas.mm_view_set_snapshot()",
+            &[],
+        )
+        .await?;
+    let mut snapshot = Snapshot::default();
+    for row in rows {
+        snapshot.version = row.get(0);
+        let name: Option<String> = row.get(1);
+        let Some(name) = name else { continue };
+        snapshot.views.push(ViewDefinition {
+            name,
+            update_group: row.get(2),
+            extract_query: row.get(3),
+            count_src_query: row.get(4),
+            merge_partitions_query: row.get(5),
+            view_options: row.get(6),
+            schema_ipc: row.get(7),
+            schema_hash: row.get(8),
+            reads: row.get(9),
+        });
+    }
+    Ok(snapshot)
+}
+
+pub async fn catalog_version(client: &Client) -> Result<i64, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT micromegas.mm_catalog_version()", &[])
+        .await?
+        .get(0))
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// A libpq-style connection string, e.g. `host=/var/run/postgresql dbname=micromegas`.
+    pub dsn: String,
+    /// How often the version is polled even without a notification.
+    pub poll_interval: Duration,
+    /// Whether to LISTEN at all (a physical standby never delivers NOTIFY).
+    pub listen: bool,
+    pub min_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Config {
+    /// `poll_interval` from `MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS`
+    /// (default 60 s), LISTEN on.
+    pub fn new(dsn: impl Into<String>) -> Self {
+        let seconds = std::env::var("MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS")
+            .ok()
+            .and_then(|s| s.parse::<f64>().ok())
+            .filter(|s| *s > 0.0)
+            .unwrap_or(60.0);
+        Config {
+            dsn: dsn.into(),
+            poll_interval: Duration::from_secs_f64(seconds),
+            listen: true,
+            min_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A running watcher. Dropping it stops the background task.
+pub struct Watcher {
+    receiver: watch::Receiver<Arc<Snapshot>>,
+    task: JoinHandle<()>,
+}
+
+impl Watcher {
+    /// Starts watching; the first snapshot is empty (version 0) until the
+    /// first load succeeds.
+    pub fn spawn(config: Config) -> Watcher {
+        let (sender, receiver) = watch::channel(Arc::new(Snapshot::default()));
+        let task = tokio::spawn(run(config, sender));
+        Watcher { receiver, task }
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.receiver.borrow().clone()
+    }
+
+    /// A receiver that wakes on every new snapshot.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.receiver.clone()
+    }
+
+    /// Waits until the snapshot's version is at least `version`.
+    pub async fn wait_for_version(&self, version: i64) -> Arc<Snapshot> {
+        let mut receiver = self.receiver.clone();
+        loop {
+            let current = receiver.borrow_and_update().clone();
+            if current.version >= version {
+                return current;
+            }
+            if receiver.changed().await.is_err() {
+                return current;
+            }
+        }
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run(config: Config, sender: watch::Sender<Arc<Snapshot>>) {
+    let mut backoff = config.min_backoff;
+    loop {
+        match session(&config, &sender).await {
+            Ok(()) => return, // every receiver is gone
+            Err(_) => {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(config.max_backoff);
+            }
+        }
+        if sender.is_closed() {
+            return;
+        }
+        // A session that got as far as loading resets the backoff.
+        if sender.borrow().version > 0 {
+            backoff = config.min_backoff;
+        }
+    }
+}
+
+/// One connection's life: LISTEN, load, then reload on notifications and on
+/// the poll timer until the connection fails.
+async fn session(
+    config: &Config,
+    sender: &watch::Sender<Arc<Snapshot>>,
+) -> Result<(), tokio_postgres::Error> {
+    let mut pg_config: tokio_postgres::Config = config.dsn.parse()?;
+    pg_config.application_name(APPLICATION_NAME);
+    let (client, mut connection) = pg_config.connect(NoTls).await?;
+    let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<Option<i64>>();
+    let driver = tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(message) = messages.next().await {
+            match message {
+                Ok(AsyncMessage::Notification(n)) if n.channel() == CHANNEL => {
+                    let version = serde_json::from_str::<serde_json::Value>(n.payload())
+                        .ok()
+                        .and_then(|v| v["version"].as_i64());
+                    let _ = notify_tx.send(version);
+                }
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        // Dropping notify_tx tells the session the connection is gone.
+    });
+    let result = async {
+        if config.listen {
+            client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+        }
+        reload_if_newer(&client, sender).await?;
+        let mut ticker = tokio::time::interval(config.poll_interval);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                notified = notify_rx.recv() => match notified {
+                    Some(version) => {
+                        let current = sender.borrow().version;
+                        if version.is_none_or(|v| v > current) {
+                            reload_if_newer(&client, sender).await?;
+                        }
+                    }
+                    None => {
+                        // The connection ended: surface its error.
+                        client.simple_query("SELECT 1").await?;
+                        return Ok(false);
+                    }
+                },
+                _ = ticker.tick() => {
+                    reload_if_newer(&client, sender).await?;
+                }
+                _ = sender.closed() => return Ok(true),
+            }
+        }
+    }
+    .await;
+    driver.abort();
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(client
+            .simple_query("SELECT 1")
+            .await
+            .err()
+            .expect("closed connection")),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reloads when the catalog moved past the snapshot's version. A failed
+/// reload leaves the last good snapshot in place.
+async fn reload_if_newer(
+    client: &Client,
+    sender: &watch::Sender<Arc<Snapshot>>,
+) -> Result<(), tokio_postgres::Error> {
+    let version = catalog_version(client).await?;
+    if version != sender.borrow().version {
+        let snapshot = load_snapshot(client).await?;
+        sender.send_replace(Arc::new(snapshot));
+    }
+    Ok(())
+}
