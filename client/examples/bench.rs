@@ -1,0 +1,347 @@
+//! The benchmark table of scripts/bench.sh: each figure beside a native
+//! PostgreSQL baseline measured in the same run, and their ratio.
+//!   MMV_DSN="host=… port=… user=postgres dbname=mmv_bench" cargo run --release --example bench
+use micromegas_views_client::{Config, Watcher};
+use std::time::{Duration, Instant};
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+const LOG_STATS_LIKE: &str = "CREATE {or_replace}MATERIALIZED VIEW {name} WITH (
+  extract_query = $q$SELECT date_bin('1 minute', time) AS time_bin, process_id, level, target, count(*) AS count,
+      arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience
+    FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}'
+    GROUP BY process_id, level, target, time_bin$q$,
+  count_src_query = $q$SELECT sum(nb_objects) AS count FROM blocks
+    WHERE array_has(\"streams.tags\", 'log') AND insert_time >= '{begin}' AND insert_time < '{end}'$q$,
+  merge_partitions_query = $q$SELECT time_bin, process_id, level, target, sum(count) AS count, audience
+    FROM {source} GROUP BY process_id, level, target, time_bin, audience$q$,
+  update_group = 3000, time_column = 'time_bin', merge_sort_order = 'time_bin, process_id, level, target')";
+
+const NATIVE_QUERY: &str = "SELECT date_trunc('minute', time) AS time_bin, process_id, level, target, count(*) AS count,
+      max(audience) AS audience FROM bench_log_entries
+    WHERE insert_time >= '2024-01-01' AND insert_time < '2024-01-02'
+    GROUP BY process_id, level, target, time_bin";
+
+fn definition(name: &str, or_replace: bool) -> String {
+    LOG_STATS_LIKE
+        .replace("{or_replace}", if or_replace { "OR REPLACE " } else { "" })
+        .replace("{name}", name)
+}
+
+async fn connect(dsn: &str) -> Client {
+    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await.expect("connect");
+    tokio::spawn(connection);
+    client
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> f64 {
+    samples.sort();
+    let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[i].as_secs_f64() * 1000.0
+}
+
+struct Row {
+    what: String,
+    figure: f64,
+    baseline_what: String,
+    baseline: f64,
+    unit: &'static str,
+}
+
+async fn time_each(client: &Client, statements: &[String]) -> Vec<Duration> {
+    let mut samples = Vec::with_capacity(statements.len());
+    for s in statements {
+        let start = Instant::now();
+        client.batch_execute(s).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+        samples.push(start.elapsed());
+    }
+    samples
+}
+
+fn rss_kib(pid: i32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|v| v.parse::<f64>().unwrap_or(0.0)))
+        })
+        .unwrap_or(f64::NAN)
+}
+
+async fn fill(client: &Client, total: i64) {
+    // Unrelated definitions, copied from a validated row with the triggers
+    // off (superuser), so that filling 10,000 rows takes seconds.
+    client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'filler\\_%';
+             INSERT INTO micromegas.lakehouse_view_set_definitions
+             SELECT 'filler_' || i, d.definition_sql, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options, d.schema_ipc, d.schema_json, d.schema_hash, d.reads,
+                    d.created_at, d.updated_at, d.updated_by, d.load_status, d.load_error
+               FROM micromegas.lakehouse_view_set_definitions d, generate_series(1, {total}) i
+              WHERE d.view_set_name = 'log_stats';
+             SET session_replication_role = origin;
+             ANALYZE micromegas.lakehouse_view_set_definitions;"
+        ))
+        .await
+        .unwrap();
+}
+
+fn hub(or_replace: bool, extra: &str) -> String {
+    format!(
+        "CREATE {}MATERIALIZED VIEW hub WITH (extract_query = 'SELECT time, process_id, level{extra} FROM log_entries',
+         count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''',
+         merge_partitions_query = 'SELECT time, process_id, level{extra} FROM {{source}}', update_group = 4000, time_column = 'time')",
+        if or_replace { "OR REPLACE " } else { "" }
+    )
+}
+
+fn spoke(i: usize) -> String {
+    format!(
+        "CREATE MATERIALIZED VIEW spoke_{i} WITH (extract_query = 'SELECT time, process_id, level FROM hub WHERE level < {i}',
+         count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''',
+         merge_partitions_query = 'SELECT time, process_id, level FROM {{source}}', update_group = 5000, time_column = 'time')"
+    )
+}
+
+/// REPLACE of a view with 3 dependents (schema changes, they are re-checked),
+/// and DROP of a leaf view, with `total` unrelated definitions stored.
+async fn dependents_at(client: &Client, total: i64, rounds: usize) -> (f64, f64) {
+    fill(client, total).await;
+    client.batch_execute("DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'spoke\\_%' OR view_set_name IN ('hub', 'leaf')").await.unwrap();
+    client.query("SELECT micromegas.mm_create_view($1)", &[&hub(false, "")]).await.unwrap();
+    for i in 1..=3 {
+        client.query("SELECT micromegas.mm_create_view($1)", &[&spoke(i)]).await.unwrap();
+    }
+    let mut replace = Vec::new();
+    let mut drop = Vec::new();
+    for r in 0..rounds {
+        let extra = if r % 2 == 0 { ", target" } else { "" };
+        let start = Instant::now();
+        client.query("SELECT micromegas.mm_create_view($1)", &[&hub(true, extra)]).await.unwrap();
+        replace.push(start.elapsed());
+        client.query("SELECT micromegas.mm_create_view($1)", &[&definition("leaf", true)]).await.unwrap();
+        let start = Instant::now();
+        client.query("SELECT micromegas.mm_drop_view('leaf')", &[]).await.unwrap();
+        drop.push(start.elapsed());
+    }
+    (percentile(&mut replace, 0.5), percentile(&mut drop, 0.5))
+}
+
+async fn snapshot_read(client: &Client, rounds: usize) -> (f64, f64) {
+    let mut snapshot = Vec::new();
+    let mut bare = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        client.query("SELECT * FROM micromegas.mm_view_set_snapshot()", &[]).await.unwrap();
+        snapshot.push(start.elapsed());
+        let start = Instant::now();
+        client.query("SELECT * FROM micromegas.lakehouse_view_set_definitions", &[]).await.unwrap();
+        bare.push(start.elapsed());
+    }
+    (percentile(&mut snapshot, 0.5), percentile(&mut bare, 0.5))
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dsn = std::env::var("MMV_DSN").expect("MMV_DSN");
+    let rounds: usize = std::env::var("MMV_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let client = connect(&dsn).await;
+    client
+        .batch_execute(
+            "DROP VIEW IF EXISTS bench_native_view; DROP TABLE IF EXISTS bench_log_entries, bench_blocks;
+             CREATE TABLE bench_log_entries (process_id text, stream_id text, block_id text, insert_time timestamptz,
+               exe text, username text, computer text, time timestamptz, target text, level int, msg text,
+               properties jsonb, process_properties jsonb, audience text);
+             CREATE TABLE bench_blocks (block_id text, nb_objects int, insert_time timestamptz, tags text[]);
+             CREATE FUNCTION pg_temp.bench_plain() RETURNS int LANGUAGE sql AS 'SELECT 1';
+             DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'bench\\_%' OR view_set_name LIKE 'filler\\_%';",
+        )
+        .await
+        .unwrap();
+    let mut rows = Vec::new();
+
+    // 1. CREATE / REPLACE / DROP against native views.
+    let names: Vec<String> = (0..rounds).map(|i| format!("bench_{i}")).collect();
+    let creates: Vec<String> = names
+        .iter()
+        .map(|n| format!("SELECT micromegas.mm_create_view($mm${}$mm$)", definition(n, false)))
+        .collect();
+    let replaces: Vec<String> = names
+        .iter()
+        .map(|n| format!("SELECT micromegas.mm_create_view($mm${}$mm$)", definition(n, true)))
+        .collect();
+    let drops: Vec<String> = names.iter().map(|n| format!("SELECT micromegas.mm_drop_view('{n}')")).collect();
+    let native_creates: Vec<String> = names.iter().map(|n| format!("CREATE VIEW native_{n} AS {NATIVE_QUERY}")).collect();
+    let native_replaces: Vec<String> = names
+        .iter()
+        .map(|n| format!("CREATE OR REPLACE VIEW native_{n} AS {NATIVE_QUERY}"))
+        .collect();
+    let native_drops: Vec<String> = names.iter().map(|n| format!("DROP VIEW native_{n}")).collect();
+    for (what, ours, native, native_what) in [
+        ("mm_create_view (CREATE)", &creates, &native_creates, "CREATE VIEW"),
+        ("mm_create_view (REPLACE)", &replaces, &native_replaces, "CREATE OR REPLACE VIEW"),
+        ("mm_drop_view", &drops, &native_drops, "DROP VIEW"),
+    ] {
+        let mut a = time_each(&client, ours).await;
+        let mut b = time_each(&client, native).await;
+        for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
+            rows.push(Row {
+                what: format!("{what} {label}"),
+                figure: percentile(&mut a, p),
+                baseline_what: format!("{native_what} {label}"),
+                baseline: percentile(&mut b, p),
+                unit: "ms",
+            });
+        }
+    }
+
+    // 2. First call in a fresh connection, and the backend's RSS.
+    let mut first = Vec::new();
+    let mut first_plain = Vec::new();
+    let mut growth = Vec::new();
+    let mut growth_plain = Vec::new();
+    let explain = format!("SELECT * FROM micromegas.mm_explain_view($mm${}$mm$)", definition("bench_first", false));
+    for _ in 0..5 {
+        let c = connect(&dsn).await;
+        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        let before = rss_kib(pid);
+        let start = Instant::now();
+        c.batch_execute(&explain).await.unwrap();
+        first.push(start.elapsed());
+        growth.push(Duration::from_secs_f64(((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0)));
+        let c = connect(&dsn).await;
+        c.batch_execute("CREATE FUNCTION pg_temp.bench_plain() RETURNS int LANGUAGE sql AS 'SELECT 1'").await.unwrap();
+        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        let before = rss_kib(pid);
+        let start = Instant::now();
+        c.batch_execute("SELECT pg_temp.bench_plain()").await.unwrap();
+        first_plain.push(start.elapsed());
+        growth_plain.push(Duration::from_secs_f64(((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0)));
+    }
+    let mut steady = Vec::new();
+    for _ in 0..20 {
+        let start = Instant::now();
+        client.batch_execute(&explain).await.unwrap();
+        steady.push(start.elapsed());
+    }
+    let first_ms = percentile(&mut first, 0.5);
+    let steady_ms = percentile(&mut steady, 0.5);
+    rows.push(Row {
+        what: "first mm_explain_view in a fresh connection".into(),
+        figure: first_ms,
+        baseline_what: "first plain SQL function call".into(),
+        baseline: percentile(&mut first_plain, 0.5),
+        unit: "ms",
+    });
+    rows.push(Row {
+        what: "first-call overhead (first - steady state)".into(),
+        figure: first_ms - steady_ms,
+        baseline_what: "steady-state mm_explain_view".into(),
+        baseline: steady_ms,
+        unit: "ms",
+    });
+    rows.push(Row {
+        what: "backend RSS growth, first call".into(),
+        figure: percentile(&mut growth, 0.5),
+        baseline_what: "RSS growth, plain SQL function".into(),
+        baseline: percentile(&mut growth_plain, 0.5),
+        unit: "MiB",
+    });
+
+    // 3. REPLACE with 3 dependents, DROP of a leaf: 10 vs 1,000 vs 10,000 definitions.
+    let dep_rounds = (rounds / 2).max(10);
+    let (replace10, drop10) = dependents_at(&client, 10, dep_rounds).await;
+    for total in [1_000i64, 10_000] {
+        let (replace, drop) = dependents_at(&client, total, dep_rounds).await;
+        rows.push(Row {
+            what: format!("REPLACE with 3 dependents, {total} defs p50"),
+            figure: replace,
+            baseline_what: "same at 10 defs".into(),
+            baseline: replace10,
+            unit: "ms",
+        });
+        rows.push(Row {
+            what: format!("DROP, {total} defs p50"),
+            figure: drop,
+            baseline_what: "same at 10 defs".into(),
+            baseline: drop10,
+            unit: "ms",
+        });
+    }
+
+    // 4. The snapshot read vs a bare SELECT * of the table, at 10 and 10,000.
+    for total in [10i64, 10_000] {
+        fill(&client, total).await;
+        let (snapshot, bare) = snapshot_read(&client, rounds.min(50)).await;
+        rows.push(Row {
+            what: format!("mm_view_set_snapshot(), {total} defs p50"),
+            figure: snapshot,
+            baseline_what: "SELECT * FROM the table".into(),
+            baseline: bare,
+            unit: "ms",
+        });
+    }
+    fill(&client, 0).await;
+
+    // 5. Commit-to-client delivery vs a bare NOTIFY round trip.
+    let (listener, mut connection) = tokio_postgres::connect(&dsn, NoTls).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        use futures_util::StreamExt;
+        let mut stream = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        while let Some(Ok(m)) = stream.next().await {
+            if let AsyncMessage::Notification(n) = m {
+                let _ = tx.send(n.channel().to_string());
+            }
+        }
+    });
+    listener.batch_execute("LISTEN bench_channel").await.unwrap();
+    let mut bare = Vec::new();
+    for _ in 0..rounds {
+        let start = Instant::now();
+        client.batch_execute("NOTIFY bench_channel").await.unwrap();
+        rx.recv().await.unwrap();
+        bare.push(start.elapsed());
+    }
+    let mut config = Config::new(dsn.clone());
+    config.poll_interval = Duration::from_secs(3600);
+    let watcher = Watcher::spawn(config);
+    watcher.wait_for_version(1).await;
+    let mut delivery = Vec::new();
+    for i in 0..rounds {
+        let statement = definition("bench_delivery", i > 0);
+        let start = Instant::now();
+        let version: i64 = client
+            .query_one("SELECT version FROM micromegas.mm_create_view($1)", &[&statement])
+            .await
+            .unwrap()
+            .get(0);
+        watcher.wait_for_version(version).await;
+        delivery.push(start.elapsed());
+    }
+    client.batch_execute("SELECT micromegas.mm_drop_view('bench_delivery')").await.unwrap();
+    for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
+        rows.push(Row {
+            what: format!("CREATE OR REPLACE to Watcher snapshot {label}"),
+            figure: percentile(&mut delivery, p),
+            baseline_what: format!("bare NOTIFY round trip {label}"),
+            baseline: percentile(&mut bare, p),
+            unit: "ms",
+        });
+    }
+
+    println!("| measurement | figure | native baseline | baseline | ratio |");
+    println!("|---|---:|---|---:|---:|");
+    for r in rows {
+        println!(
+            "| {} | {:.2} {} | {} | {:.2} {} | {:.2}x |",
+            r.what, r.figure, r.unit, r.baseline_what, r.baseline, r.unit, r.figure / r.baseline
+        );
+    }
+    client
+        .batch_execute("DROP TABLE IF EXISTS bench_log_entries, bench_blocks")
+        .await
+        .unwrap();
+}
