@@ -14,7 +14,7 @@ case "${1:-}" in
     (cd "$root" && cargo pgrx install --pg-config "$PG_CONFIG" ${PROFILE:+--profile "$PROFILE"}) ;;
   start)
     "$0" stop || true
-    rm -rf "$data" "$MMV_SOCKET"
+    rm -rf "$data" "$MMV_SOCKET" "$MMV_STATE/postgres.log"
     mkdir -p "$MMV_SOCKET" && chmod 755 "$MMV_STATE"
     [ "$(id -u)" = 0 ] && chown postgres "$MMV_SOCKET" "$MMV_STATE"
     as_postgres "$PG_BIN/initdb" -D "$data" -A trust -U postgres --no-instructions >/dev/null

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the core's unit tests, the #[pg_test] suite, the pg_regress
-# suite, the isolation specs, the client's integration tests and a short
-# randomized DDL stress run. This is the README's test command and what
+# suite, the isolation specs, the client's integration tests, a short
+# randomized DDL stress run, a pg_dump/pg_restore round trip, a check that no
+# backend died, and a SIGKILL crash test. This is the README's test command and what
 # .ci/run calls.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -48,13 +49,22 @@ psql -X -q -d mmv_client -c "CREATE EXTENSION micromegas_views"
   cargo test -p micromegas_views_client --features integration) || failed=$((failed + 1))
 echo "== randomized DDL stress (scripts/stress.sh 4 50)"
 "$here/stress.sh" 4 50 || failed=$((failed + 1))
+echo "== pg_dump / pg_restore round trip"
+"$here/dump_restore_test.sh" >"$MMV_STATE/dump_restore.log" 2>&1 || { cat "$MMV_STATE/dump_restore.log"; failed=$((failed + 1)); }
+tail -n 4 "$MMV_STATE/dump_restore.log"
+echo "== no backend died so far (server log)"
+if grep -E "terminated by signal|was terminated by exception" "$MMV_STATE/postgres.log"; then
+  echo "a backend crashed"; failed=$((failed + 1))
+fi
+echo "== crash safety (SIGKILL mid-DDL)"
+"$here/crash_test.sh" || failed=$((failed + 1))
 # cargo test and cargo pgrx test stop the script on failure (set -e), so two
 # suites have passed when we get here.
 if [ $failed -ne 0 ]; then
   for d in "$out"/regress "$out"/isolation; do
     [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
   done
-  echo "suites: $((6 - failed)) passed, $failed failed"
+  echo "suites: $((10 - failed)) passed, $failed failed"
   exit 1
 fi
-echo "suites: 6 passed, 0 failed"
+echo "suites: 10 passed, 0 failed"

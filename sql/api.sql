@@ -282,6 +282,7 @@ END
 $$;
 
 -- The shipped rows: today's built-in view sets, and log_stats.
+SELECT pg_catalog.set_config('micromegas_views.installing', 'on', true);
 INSERT INTO micromegas.builtin_view_sets
        (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_json)
 SELECT b->>'view_set_name', (b->>'update_group')::integer, b->>'kind',
@@ -290,6 +291,17 @@ SELECT b->>'view_set_name', (b->>'update_group')::integer, b->>'kind',
 
 INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
 VALUES ('log_stats', micromegas._mm_shipped_log_stats());
+SELECT pg_catalog.set_config('micromegas_views.installing', 'off', true);
+
+-- pg_dump keeps what an admin or a service wrote: every row but those still
+-- exactly as shipped (CREATE EXTENSION recreates them), the definitions in
+-- materialization order so that a restore validates each after what it reads,
+-- and the removed shipped rows. The catalog version is not dumped: it starts
+-- over in a restored database.
+SELECT pg_catalog.pg_extension_config_dump('micromegas.builtin_view_sets', 'WHERE NOT shipped');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definitions',
+                                           'WHERE NOT shipped ORDER BY update_group, view_set_name');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.removed_shipped_rows', '');
 
 -- Privileges. Nothing is granted to PUBLIC but reading the catalog version;
 -- members of micromegas_admin (and superusers) do everything else.
@@ -299,6 +311,7 @@ REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.lakehouse_view_set_definitions TO micromegas_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromegas_admin;
 GRANT SELECT ON micromegas.catalog_state TO micromegas_admin;
+GRANT SELECT, INSERT, DELETE ON micromegas.removed_shipped_rows TO micromegas_admin;
 GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas TO micromegas_admin;
 GRANT EXECUTE ON FUNCTION micromegas.mm_catalog_version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION micromegas.list_view_sets() TO PUBLIC;

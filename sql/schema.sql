@@ -36,7 +36,10 @@ CREATE TABLE micromegas.builtin_view_sets (
   schema_json jsonb NOT NULL,
   schema_hash bytea NOT NULL,
   registered_at timestamptz NOT NULL,
-  registered_by text NOT NULL
+  registered_by text NOT NULL,
+  -- true while the row is exactly as CREATE EXTENSION shipped it; such rows
+  -- are not dumped (CREATE EXTENSION recreates them)
+  shipped boolean NOT NULL DEFAULT false
 );
 
 -- The DDL-defined view sets. The column contract the services read.
@@ -56,15 +59,24 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   updated_at timestamptz NOT NULL,
   updated_by text,
   load_status text NOT NULL DEFAULT 'ok' CHECK (load_status IN ('ok', 'failed')),
-  load_error text
+  load_error text,
+  shipped boolean NOT NULL DEFAULT false
 );
 CREATE INDEX lakehouse_view_set_definitions_reads
-  ON micromegas.lakehouse_view_set_definitions USING gin (reads);
+  ON micromegas.lakehouse_view_set_definitions USING gin (reads) WITH (fastupdate = off);
 
 COMMENT ON TABLE micromegas.lakehouse_view_set_definitions IS
   'One row per DDL-defined view set; every write is validated and announced by triggers';
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.reads IS
   'The view sets the queries read, recorded at validation';
+
+-- Shipped rows an admin deleted, so that a restore (which runs CREATE
+-- EXTENSION, then loads the dumped rows) does not bring them back.
+CREATE TABLE micromegas.removed_shipped_rows (
+  table_name text NOT NULL CHECK (table_name IN ('builtin_view_sets', 'lakehouse_view_set_definitions')),
+  view_set_name text NOT NULL,
+  PRIMARY KEY (table_name, view_set_name)
+);
 
 -- The catalog lock and version. SECURITY DEFINER: admins may not write
 -- catalog_state themselves, so the version can only move forward by one.
@@ -84,6 +96,18 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 $$;
 COMMENT ON FUNCTION micromegas.mm_catalog_version() IS
   'Strictly increases with every committed change to the definitions, drops included';
+
+-- True only while CREATE EXTENSION writes the shipped rows.
+CREATE FUNCTION micromegas._mm_installing() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(current_setting('micromegas_views.installing', true), '') = 'on'
+$$;
+
+-- True while an INSERT over a shipped row is being turned into an UPDATE.
+CREATE FUNCTION micromegas._mm_restoring() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(current_setting('micromegas_views.restoring', true), '') = 'on'
+$$;
 
 CREATE FUNCTION micromegas._mm_actor() RETURNS text
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -179,6 +203,30 @@ DECLARE
   checked jsonb;
 BEGIN
   PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'INSERT' THEN
+    NEW.shipped := micromegas._mm_installing();
+    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+                                    WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- An INSERT over a row still exactly as shipped becomes an UPDATE of
+      -- it, keeping the given timestamps and actor: this is how a restore
+      -- (CREATE EXTENSION, then the dumped rows) brings back a replaced log_stats.
+      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'on', true);
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by
+       WHERE d.view_set_name = NEW.view_set_name;
+      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'off', true);
+      RETURN NULL;
+    END IF;
+  ELSE
+    NEW.shipped := false;
+  END IF;
+  IF TG_OP = 'INSERT' AND NEW.load_status = 'failed' AND NEW.schema_ipc IS NOT NULL THEN
+    -- A restored row that had failed to load is kept as it was, still failed.
+    RETURN NEW;
+  END IF;
   IF TG_OP = 'UPDATE' AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
      AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
           NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
@@ -227,13 +275,20 @@ BEGIN
   NEW.schema_json := checked->'schema_json';
   NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
   NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
-  NEW.updated_at := clock_timestamp();
-  NEW.updated_by := micromegas._mm_actor();
   NEW.load_status := 'ok';
   NEW.load_error := NULL;
   IF TG_OP = 'INSERT' THEN
-    NEW.created_at := NEW.updated_at;
+    -- Given timestamps and actor are kept, so that a restore reproduces them.
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, NEW.updated_at);
+  ELSIF micromegas._mm_restoring() THEN
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at);
   ELSE
+    NEW.updated_at := clock_timestamp();
+    NEW.updated_by := micromegas._mm_actor();
     NEW.created_at := OLD.created_at;
   END IF;
   RETURN NEW;
@@ -259,6 +314,49 @@ BEGIN
             HINT = 'Drop the dependent materialized views first; there is no CASCADE.';
   END IF;
   RETURN OLD;
+END
+$$;
+
+-- A deleted row that CREATE EXTENSION ships is remembered (and forgotten
+-- again when a row of that name is written back).
+CREATE FUNCTION micromegas._mm_remember_removed(table_name text, view_set_name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF (table_name = 'lakehouse_view_set_definitions' AND view_set_name = 'log_stats')
+     OR (table_name = 'builtin_view_sets' AND EXISTS (
+           SELECT 1 FROM jsonb_array_elements(micromegas._mm_shipped_builtins()) b
+            WHERE b->>'view_set_name' = view_set_name)) THEN
+    INSERT INTO micromegas.removed_shipped_rows VALUES (table_name, view_set_name) ON CONFLICT DO NOTHING;
+  END IF;
+END
+$$;
+
+-- AFTER INSERT or DELETE of either table: keep removed_shipped_rows current.
+CREATE FUNCTION micromegas._mm_track_removed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM micromegas._mm_remember_removed(TG_TABLE_NAME, OLD.view_set_name);
+  ELSE
+    DELETE FROM micromegas.removed_shipped_rows r
+     WHERE r.table_name = TG_TABLE_NAME AND r.view_set_name = NEW.view_set_name;
+  END IF;
+  RETURN NULL;
+END
+$$;
+
+-- Loading a remembered removal (a restore) removes the freshly shipped row.
+CREATE FUNCTION micromegas._mm_apply_removed() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF NEW.table_name = 'lakehouse_view_set_definitions' THEN
+    DELETE FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = NEW.view_set_name AND d.shipped;
+  ELSE
+    DELETE FROM micromegas.builtin_view_sets b
+     WHERE b.view_set_name = NEW.view_set_name AND b.shipped;
+  END IF;
+  RETURN NULL;
 END
 $$;
 
@@ -348,6 +446,14 @@ CREATE TRIGGER definitions_notify
 CREATE TRIGGER definitions_after_update
   AFTER UPDATE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_after_update();
+CREATE TRIGGER definitions_track_removed_insert
+  AFTER INSERT ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW WHEN (NEW.view_set_name = 'log_stats')
+  EXECUTE FUNCTION micromegas._mm_track_removed();
+CREATE TRIGGER definitions_track_removed_delete
+  AFTER DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW WHEN (OLD.view_set_name = 'log_stats')
+  EXECUTE FUNCTION micromegas._mm_track_removed();
 CREATE TRIGGER definitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -360,6 +466,23 @@ DECLARE
   normalized jsonb;
 BEGIN
   PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'INSERT' THEN
+    NEW.shipped := micromegas._mm_installing();
+    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b
+                                    WHERE b.view_set_name = NEW.view_set_name AND b.shipped) THEN
+      -- As for definitions: an INSERT over a shipped row updates it.
+      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'on', true);
+      UPDATE micromegas.builtin_view_sets b
+         SET update_group = NEW.update_group, kind = NEW.kind, has_view_maker = NEW.has_view_maker,
+             global_instance_available = NEW.global_instance_available, schema_ipc = NEW.schema_ipc,
+             schema_json = NEW.schema_json, registered_at = NEW.registered_at, registered_by = NEW.registered_by
+       WHERE b.view_set_name = NEW.view_set_name;
+      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'off', true);
+      RETURN NULL;
+    END IF;
+  ELSE
+    NEW.shipped := false;
+  END IF;
   IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
     normalized := micromegas._mm_normalize_schema(NEW.schema_ipc);
   ELSIF NEW.schema_json IS NOT NULL THEN
@@ -371,8 +494,13 @@ BEGIN
   NEW.schema_ipc := normalized->>'schema_ipc';
   NEW.schema_json := normalized->'schema_json';
   NEW.schema_hash := decode(normalized->>'schema_hash', 'hex');
-  NEW.registered_at := clock_timestamp();
-  NEW.registered_by := micromegas._mm_actor();
+  IF TG_OP = 'INSERT' OR micromegas._mm_restoring() THEN
+    NEW.registered_at := coalesce(NEW.registered_at, clock_timestamp());
+    NEW.registered_by := coalesce(NEW.registered_by, micromegas._mm_actor());
+  ELSE
+    NEW.registered_at := clock_timestamp();
+    NEW.registered_by := micromegas._mm_actor();
+  END IF;
   RETURN NEW;
 END
 $$;
@@ -397,6 +525,12 @@ CREATE TRIGGER builtins_notify
 CREATE TRIGGER builtins_after_write
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.builtin_view_sets
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_builtins_after_write();
+CREATE TRIGGER builtins_track_removed
+  AFTER INSERT OR DELETE ON micromegas.builtin_view_sets
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_track_removed();
+CREATE TRIGGER removed_shipped_rows_apply
+  AFTER INSERT ON micromegas.removed_shipped_rows
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_apply_removed();
 CREATE TRIGGER builtins_no_truncate
   BEFORE TRUNCATE ON micromegas.builtin_view_sets
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();

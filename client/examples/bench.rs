@@ -16,7 +16,8 @@ const LOG_STATS_LIKE: &str = "CREATE {or_replace}MATERIALIZED VIEW {name} WITH (
     FROM {source} GROUP BY process_id, level, target, time_bin, audience$q$,
   update_group = 3000, time_column = 'time_bin', merge_sort_order = 'time_bin, process_id, level, target')";
 
-const NATIVE_QUERY: &str = "SELECT date_trunc('minute', time) AS time_bin, process_id, level, target, count(*) AS count,
+const NATIVE_QUERY: &str =
+    "SELECT date_trunc('minute', time) AS time_bin, process_id, level, target, count(*) AS count,
       max(audience) AS audience FROM bench_log_entries
     WHERE insert_time >= '2024-01-01' AND insert_time < '2024-01-02'
     GROUP BY process_id, level, target, time_bin";
@@ -51,7 +52,10 @@ async fn time_each(client: &Client, statements: &[String]) -> Vec<Duration> {
     let mut samples = Vec::with_capacity(statements.len());
     for s in statements {
         let start = Instant::now();
-        client.batch_execute(s).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+        client
+            .batch_execute(s)
+            .await
+            .unwrap_or_else(|e| panic!("{s}: {e}"));
         samples.push(start.elapsed());
     }
     samples
@@ -61,9 +65,11 @@ fn rss_kib(pid: i32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1).map(|v| v.parse::<f64>().unwrap_or(0.0)))
+            s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .map(|v| v.parse::<f64>().unwrap_or(0.0))
+            })
         })
         .unwrap_or(f64::NAN)
 }
@@ -110,20 +116,38 @@ fn spoke(i: usize) -> String {
 async fn dependents_at(client: &Client, total: i64, rounds: usize) -> (f64, f64) {
     fill(client, total).await;
     client.batch_execute("DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'spoke\\_%' OR view_set_name IN ('hub', 'leaf')").await.unwrap();
-    client.query("SELECT micromegas.mm_create_view($1)", &[&hub(false, "")]).await.unwrap();
+    client
+        .query("SELECT micromegas.mm_create_view($1)", &[&hub(false, "")])
+        .await
+        .unwrap();
     for i in 1..=3 {
-        client.query("SELECT micromegas.mm_create_view($1)", &[&spoke(i)]).await.unwrap();
+        client
+            .query("SELECT micromegas.mm_create_view($1)", &[&spoke(i)])
+            .await
+            .unwrap();
     }
     let mut replace = Vec::new();
     let mut drop = Vec::new();
     for r in 0..rounds {
         let extra = if r % 2 == 0 { ", target" } else { "" };
         let start = Instant::now();
-        client.query("SELECT micromegas.mm_create_view($1)", &[&hub(true, extra)]).await.unwrap();
+        client
+            .query("SELECT micromegas.mm_create_view($1)", &[&hub(true, extra)])
+            .await
+            .unwrap();
         replace.push(start.elapsed());
-        client.query("SELECT micromegas.mm_create_view($1)", &[&definition("leaf", true)]).await.unwrap();
+        client
+            .query(
+                "SELECT micromegas.mm_create_view($1)",
+                &[&definition("leaf", true)],
+            )
+            .await
+            .unwrap();
         let start = Instant::now();
-        client.query("SELECT micromegas.mm_drop_view('leaf')", &[]).await.unwrap();
+        client
+            .query("SELECT micromegas.mm_drop_view('leaf')", &[])
+            .await
+            .unwrap();
         drop.push(start.elapsed());
     }
     (percentile(&mut replace, 0.5), percentile(&mut drop, 0.5))
@@ -134,10 +158,19 @@ async fn snapshot_read(client: &Client, rounds: usize) -> (f64, f64) {
     let mut bare = Vec::new();
     for _ in 0..rounds {
         let start = Instant::now();
-        client.query("SELECT * FROM micromegas.mm_view_set_snapshot()", &[]).await.unwrap();
+        client
+            .query("SELECT * FROM micromegas.mm_view_set_snapshot()", &[])
+            .await
+            .unwrap();
         snapshot.push(start.elapsed());
         let start = Instant::now();
-        client.query("SELECT * FROM micromegas.lakehouse_view_set_definitions", &[]).await.unwrap();
+        client
+            .query(
+                "SELECT * FROM micromegas.lakehouse_view_set_definitions",
+                &[],
+            )
+            .await
+            .unwrap();
         bare.push(start.elapsed());
     }
     (percentile(&mut snapshot, 0.5), percentile(&mut bare, 0.5))
@@ -146,7 +179,10 @@ async fn snapshot_read(client: &Client, rounds: usize) -> (f64, f64) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dsn = std::env::var("MMV_DSN").expect("MMV_DSN");
-    let rounds: usize = std::env::var("MMV_BENCH_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(100);
+    let rounds: usize = std::env::var("MMV_BENCH_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(100);
     let client = connect(&dsn).await;
     client
         .batch_execute(
@@ -166,22 +202,51 @@ async fn main() {
     let names: Vec<String> = (0..rounds).map(|i| format!("bench_{i}")).collect();
     let creates: Vec<String> = names
         .iter()
-        .map(|n| format!("SELECT micromegas.mm_create_view($mm${}$mm$)", definition(n, false)))
+        .map(|n| {
+            format!(
+                "SELECT micromegas.mm_create_view($mm${}$mm$)",
+                definition(n, false)
+            )
+        })
         .collect();
     let replaces: Vec<String> = names
         .iter()
-        .map(|n| format!("SELECT micromegas.mm_create_view($mm${}$mm$)", definition(n, true)))
+        .map(|n| {
+            format!(
+                "SELECT micromegas.mm_create_view($mm${}$mm$)",
+                definition(n, true)
+            )
+        })
         .collect();
-    let drops: Vec<String> = names.iter().map(|n| format!("SELECT micromegas.mm_drop_view('{n}')")).collect();
-    let native_creates: Vec<String> = names.iter().map(|n| format!("CREATE VIEW native_{n} AS {NATIVE_QUERY}")).collect();
+    let drops: Vec<String> = names
+        .iter()
+        .map(|n| format!("SELECT micromegas.mm_drop_view('{n}')"))
+        .collect();
+    let native_creates: Vec<String> = names
+        .iter()
+        .map(|n| format!("CREATE VIEW native_{n} AS {NATIVE_QUERY}"))
+        .collect();
     let native_replaces: Vec<String> = names
         .iter()
         .map(|n| format!("CREATE OR REPLACE VIEW native_{n} AS {NATIVE_QUERY}"))
         .collect();
-    let native_drops: Vec<String> = names.iter().map(|n| format!("DROP VIEW native_{n}")).collect();
+    let native_drops: Vec<String> = names
+        .iter()
+        .map(|n| format!("DROP VIEW native_{n}"))
+        .collect();
     for (what, ours, native, native_what) in [
-        ("mm_create_view (CREATE)", &creates, &native_creates, "CREATE VIEW"),
-        ("mm_create_view (REPLACE)", &replaces, &native_replaces, "CREATE OR REPLACE VIEW"),
+        (
+            "mm_create_view (CREATE)",
+            &creates,
+            &native_creates,
+            "CREATE VIEW",
+        ),
+        (
+            "mm_create_view (REPLACE)",
+            &replaces,
+            &native_replaces,
+            "CREATE OR REPLACE VIEW",
+        ),
         ("mm_drop_view", &drops, &native_drops, "DROP VIEW"),
     ] {
         let mut a = time_each(&client, ours).await;
@@ -202,23 +267,44 @@ async fn main() {
     let mut first_plain = Vec::new();
     let mut growth = Vec::new();
     let mut growth_plain = Vec::new();
-    let explain = format!("SELECT * FROM micromegas.mm_explain_view($mm${}$mm$)", definition("bench_first", false));
+    let explain = format!(
+        "SELECT * FROM micromegas.mm_explain_view($mm${}$mm$)",
+        definition("bench_first", false)
+    );
     for _ in 0..5 {
         let c = connect(&dsn).await;
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        let pid: i32 = c
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
         let before = rss_kib(pid);
         let start = Instant::now();
         c.batch_execute(&explain).await.unwrap();
         first.push(start.elapsed());
-        growth.push(Duration::from_secs_f64(((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0)));
+        growth.push(Duration::from_secs_f64(
+            ((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0),
+        ));
         let c = connect(&dsn).await;
-        c.batch_execute("CREATE FUNCTION pg_temp.bench_plain() RETURNS int LANGUAGE sql AS 'SELECT 1'").await.unwrap();
-        let pid: i32 = c.query_one("SELECT pg_backend_pid()", &[]).await.unwrap().get(0);
+        c.batch_execute(
+            "CREATE FUNCTION pg_temp.bench_plain() RETURNS int LANGUAGE sql AS 'SELECT 1'",
+        )
+        .await
+        .unwrap();
+        let pid: i32 = c
+            .query_one("SELECT pg_backend_pid()", &[])
+            .await
+            .unwrap()
+            .get(0);
         let before = rss_kib(pid);
         let start = Instant::now();
-        c.batch_execute("SELECT pg_temp.bench_plain()").await.unwrap();
+        c.batch_execute("SELECT pg_temp.bench_plain()")
+            .await
+            .unwrap();
         first_plain.push(start.elapsed());
-        growth_plain.push(Duration::from_secs_f64(((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0)));
+        growth_plain.push(Duration::from_secs_f64(
+            ((rss_kib(pid) - before) / 1024.0 / 1000.0).max(0.0),
+        ));
     }
     let mut steady = Vec::new();
     for _ in 0..20 {
@@ -297,7 +383,10 @@ async fn main() {
             }
         }
     });
-    listener.batch_execute("LISTEN bench_channel").await.unwrap();
+    listener
+        .batch_execute("LISTEN bench_channel")
+        .await
+        .unwrap();
     let mut bare = Vec::new();
     for _ in 0..rounds {
         let start = Instant::now();
@@ -314,14 +403,20 @@ async fn main() {
         let statement = definition("bench_delivery", i > 0);
         let start = Instant::now();
         let version: i64 = client
-            .query_one("SELECT version FROM micromegas.mm_create_view($1)", &[&statement])
+            .query_one(
+                "SELECT version FROM micromegas.mm_create_view($1)",
+                &[&statement],
+            )
             .await
             .unwrap()
             .get(0);
         watcher.wait_for_version(version).await;
         delivery.push(start.elapsed());
     }
-    client.batch_execute("SELECT micromegas.mm_drop_view('bench_delivery')").await.unwrap();
+    client
+        .batch_execute("SELECT micromegas.mm_drop_view('bench_delivery')")
+        .await
+        .unwrap();
     for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
         rows.push(Row {
             what: format!("CREATE OR REPLACE to Watcher snapshot {label}"),
@@ -337,7 +432,13 @@ async fn main() {
     for r in rows {
         println!(
             "| {} | {:.2} {} | {} | {:.2} {} | {:.2}x |",
-            r.what, r.figure, r.unit, r.baseline_what, r.baseline, r.unit, r.figure / r.baseline
+            r.what,
+            r.figure,
+            r.unit,
+            r.baseline_what,
+            r.baseline,
+            r.unit,
+            r.figure / r.baseline
         );
     }
     client

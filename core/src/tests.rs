@@ -432,16 +432,16 @@ fn relations_are_collected_for_the_catalog_snapshot() {
 #[test]
 fn deep_nesting_is_an_error_not_a_crash() {
     let deep = format!("SELECT {}1{} AS x", "(".repeat(10_000), ")".repeat(10_000));
-    let e = crate::isolate::run(|| check(&[("extract_query", &deep)])).unwrap_err();
+    let e = crate::isolate::run(move || check(&[("extract_query", &deep)])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::ProgramLimit);
     assert_eq!(e.message, "extract_query is nested too deeply");
     let long_chain = format!("SELECT 1{} AS x", " + 1".repeat(100_000));
-    let e = crate::isolate::run(|| check(&[("extract_query", &long_chain)])).unwrap_err();
+    let e = crate::isolate::run(move || check(&[("extract_query", &long_chain)])).unwrap_err();
     assert_eq!(e.kind, ErrorKind::ProgramLimit, "{e}");
     assert_eq!(e.message, "extract_query is nested too deeply");
     // Just under the limit still plans.
     let chain = format!("SELECT 1{} AS x", " + 1".repeat(400));
-    let e = crate::isolate::run(|| check(&[("extract_query", &chain)])).unwrap_err();
+    let e = crate::isolate::run(move || check(&[("extract_query", &chain)])).unwrap_err();
     assert_eq!(
         e.message,
         "extract_query output has no \"audience\" or \"process_id\" column of a string type"

@@ -173,7 +173,7 @@ mod micromegas {
     #[pg_extern(immutable, parallel_safe, name = "_mm_referenced_relations")]
     fn referenced_relations(definition: JsonB) -> Vec<String> {
         let definition = definition_from_json(&definition);
-        run_isolated(|| checks::referenced_relations(&definition)).or_raise()
+        run_isolated(move || checks::referenced_relations(&definition)).or_raise()
     }
 
     /// Plans and checks a definition against a catalog snapshot
@@ -182,7 +182,11 @@ mod micromegas {
     fn validate(definition: JsonB, catalog: JsonB) -> JsonB {
         let definition = definition_from_json(&definition);
         let catalog = Catalog::from_json(&catalog.0).or_raise();
-        let validated = run_isolated(|| checks::validate(&definition, &catalog)).or_raise();
+        let validated = run_isolated({
+            let definition = definition.clone();
+            move || checks::validate(&definition, &catalog)
+        })
+        .or_raise();
         JsonB(json!({
             "view_options": definition.view_options_json(),
             "definition_sql": definition.render(false),

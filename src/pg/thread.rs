@@ -1,11 +1,14 @@
 //! Planning runs on a helper thread (big stack, panics caught, see
-//! `micromegas_views_core::isolate`). The helper never calls Postgres; all
-//! signals are blocked while it runs so that Postgres' signal handlers only
-//! ever run on the backend's own thread (the helper inherits the mask).
+//! `micromegas_views_core::isolate`). The helper never calls Postgres. All
+//! asynchronous signals are blocked around each call, and the helper is
+//! started inside such a call, so it inherits a mask that keeps Postgres'
+//! signal handlers on the backend's own thread.
 
 use micromegas_views_core::{isolate, Result};
 
-pub fn run_isolated<T: Send, F: FnOnce() -> Result<T> + Send>(f: F) -> Result<T> {
+pub fn run_isolated<T: Send + 'static, F: FnOnce() -> Result<T> + Send + 'static>(
+    f: F,
+) -> Result<T> {
     // SAFETY: plain libc calls on stack-allocated sigset_t values.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
