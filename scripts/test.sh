@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the core's unit tests, the #[pg_test] suite, the pg_regress
 # suite, the isolation specs, the client's integration tests, a short
-# randomized DDL stress run, a pg_dump/pg_restore round trip, a check that no
-# backend died, and a SIGKILL crash test. This is the README's test command and what
+# randomized DDL stress run, a pg_dump/pg_restore round trip, the extension
+# upgrade test, a check that no backend died, and a SIGKILL crash test. This is the README's test command and what
 # .ci/run calls.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -52,6 +52,8 @@ echo "== randomized DDL stress (scripts/stress.sh 4 50)"
 echo "== pg_dump / pg_restore round trip"
 "$here/dump_restore_test.sh" >"$MMV_STATE/dump_restore.log" 2>&1 || { cat "$MMV_STATE/dump_restore.log"; failed=$((failed + 1)); }
 tail -n 4 "$MMV_STATE/dump_restore.log"
+echo "== extension upgrades (scripts/upgrade_test.sh)"
+"$here/upgrade_test.sh" || failed=$((failed + 1))
 echo "== no backend died so far (server log)"
 if grep -E "terminated by signal|was terminated by exception" "$MMV_STATE/postgres.log"; then
   echo "a backend crashed"; failed=$((failed + 1))
@@ -64,7 +66,7 @@ if [ $failed -ne 0 ]; then
   for d in "$out"/regress "$out"/isolation; do
     [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
   done
-  echo "suites: $((10 - failed)) passed, $failed failed"
+  echo "suites: $((11 - failed)) passed, $failed failed"
   exit 1
 fi
-echo "suites: 10 passed, 0 failed"
+echo "suites: 11 passed, 0 failed"

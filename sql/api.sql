@@ -303,6 +303,32 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_defini
                                            'WHERE NOT shipped ORDER BY update_group, view_set_name');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.removed_shipped_rows', '');
 
+-- What \df+ shows.
+COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
+  'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
+COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean) IS
+  'Create or replace a view set definition from named arguments; stores a canonical statement';
+COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
+  'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
+COMMENT ON FUNCTION micromegas.mm_drop_view(name, boolean) IS
+  'Drop a view set definition by name';
+COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
+  'Dry run of mm_create_view: every check, nothing written';
+COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
+  'Every stored definition, including those that failed to load';
+COMMENT ON FUNCTION micromegas.list_view_sets() IS
+  'Every view set the services should load, with its current schema and hash';
+COMMENT ON FUNCTION micromegas.mm_view_set_snapshot() IS
+  'The catalog version and every loadable definition, in materialization order';
+COMMENT ON FUNCTION micromegas.list_view_dependencies() IS
+  'Which view sets each definition reads, with both update groups';
+COMMENT ON FUNCTION micromegas.mm_materialization_order() IS
+  'The order the maintenance daemon materializes in';
+COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
+  'Definitions reading a missing view set or out of update_group order (always empty)';
+COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
+  'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
+
 -- Privileges. Nothing is granted to PUBLIC but reading the catalog version;
 -- members of micromegas_admin (and superusers) do everything else.
 GRANT USAGE ON SCHEMA micromegas TO PUBLIC;

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Upgrades: every released version's install script (sql/archive/) is
+# installed, filled with definitions, and ALTER EXTENSION ... UPDATE'd to the
+# current version. Every row must be kept, and the upgraded catalog objects
+# must be exactly those of a fresh CREATE EXTENSION. Needs a running cluster
+# with the current build installed (scripts/cluster.sh install).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/env.sh"
+root="$(cd "$here/.." && pwd)"
+extdir="$("$PG_CONFIG" --sharedir)/extension"
+current=$(sed -n 's/^default_version = //p' "$extdir/micromegas_views.control" | tr -d "'")
+q() { psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$@"; }
+
+# Every object of the extension, described: functions with their bodies and
+# settings, columns, constraints, indexes, triggers, privileges, comments.
+describe() {
+  q "$1" -c "
+    SELECT 'function ' || p.oid::regprocedure || ' ' || md5(p.prosrc) || ' ' || coalesce(p.proconfig::text, '')
+           || ' ' || p.prosecdef || ' ' || p.provolatile::text || ' ' || coalesce(p.proacl::text, 'default')
+           || ' ' || coalesce(obj_description(p.oid, 'pg_proc'), '')
+      FROM pg_proc p WHERE p.pronamespace = 'micromegas'::regnamespace
+    UNION ALL
+    SELECT 'column ' || c.relname || '.' || a.attname || ' ' || format_type(a.atttypid, a.atttypmod)
+           || ' ' || a.attnotnull || ' ' || coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+      FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped
+      LEFT JOIN pg_attrdef d ON d.adrelid = c.oid AND d.adnum = a.attnum
+     WHERE c.relnamespace = 'micromegas'::regnamespace AND c.relkind = 'r'
+    UNION ALL
+    SELECT 'constraint ' || conrelid::regclass || ' ' || pg_get_constraintdef(oid)
+      FROM pg_constraint WHERE connamespace = 'micromegas'::regnamespace
+    UNION ALL
+    SELECT 'index ' || pg_get_indexdef(i.indexrelid) || ' ' || coalesce(c.reloptions::text, '')
+      FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relnamespace = 'micromegas'::regnamespace
+    UNION ALL
+    SELECT 'trigger ' || pg_get_triggerdef(t.oid) FROM pg_trigger t
+      JOIN pg_class c ON c.oid = t.tgrelid WHERE c.relnamespace = 'micromegas'::regnamespace AND NOT t.tgisinternal
+    UNION ALL
+    SELECT 'acl ' || c.relname || ' ' || coalesce(c.relacl::text, '') FROM pg_class c
+     WHERE c.relnamespace = 'micromegas'::regnamespace AND c.relkind = 'r'
+    UNION ALL
+    SELECT 'config ' || unnest(extconfig)::regclass || ' ' || array_to_string(extcondition, ';')
+      FROM pg_extension WHERE extname = 'micromegas_views'
+    ORDER BY 1"
+}
+rows() {
+  q "$1" -c "SELECT view_set_name, definition_sql, update_group, encode(schema_hash, 'hex'), reads, created_at, updated_at
+               FROM micromegas.lakehouse_view_set_definitions ORDER BY 1" \
+         -c "SELECT view_set_name, encode(schema_hash, 'hex'), update_group FROM micromegas.builtin_view_sets ORDER BY 1"
+}
+
+q postgres -c "DROP DATABASE IF EXISTS mmv_fresh" -c "CREATE DATABASE mmv_fresh" 2>/dev/null
+q mmv_fresh -c "CREATE EXTENSION micromegas_views"
+describe mmv_fresh >"$MMV_STATE/upgrade.fresh"
+status=0
+for script in "$root"/sql/archive/micromegas_views--*.sql; do
+  from=$(basename "$script" .sql | sed 's/^micromegas_views--//')
+  cp "$script" "$extdir/"
+  db="mmv_upgrade_${from//./_}"
+  q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
+  q "$db" -c "CREATE EXTENSION micromegas_views VERSION '$from'"
+  q "$db" >/dev/null <<'SQL'
+SELECT micromegas.mm_create_view(replace(replace(micromegas._mm_shipped_log_stats(),
+  'CREATE MATERIALIZED VIEW', 'CREATE OR REPLACE MATERIALIZED VIEW'), '''1 minute''', '''5 minutes'''));
+SELECT micromegas.mm_create_view($$CREATE MATERIALIZED VIEW u_daily WITH (
+  extract_query = $q$SELECT date_bin('1 day', time_bin) AS day, process_id, sum(count) AS count FROM log_stats GROUP BY 1, 2$q$,
+  count_src_query = $q$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'$q$,
+  merge_partitions_query = 'SELECT day, process_id, sum(count) AS count FROM {source} GROUP BY 1, 2',
+  update_group = 4000, time_column = 'day')$$);
+SQL
+  rows "$db" >"$MMV_STATE/upgrade.$from.before"
+  q "$db" -c "ALTER EXTENSION micromegas_views UPDATE"
+  got=$(q "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'micromegas_views'")
+  [ "$got" = "$current" ] || { echo "upgrade from $from: at version $got, expected $current"; status=1; }
+  rows "$db" >"$MMV_STATE/upgrade.$from.after"
+  diff -u "$MMV_STATE/upgrade.$from.before" "$MMV_STATE/upgrade.$from.after" || { echo "upgrade from $from: rows changed"; status=1; }
+  describe "$db" >"$MMV_STATE/upgrade.$from.objects"
+  diff -u "$MMV_STATE/upgrade.fresh" "$MMV_STATE/upgrade.$from.objects" || { echo "upgrade from $from: objects differ from a fresh install"; status=1; }
+  # The upgraded extension still works.
+  q "$db" -c "SELECT status FROM micromegas.mm_drop_view('u_daily')" >/dev/null
+  [ $status = 0 ] && echo "upgrade from $from to $current: rows kept, objects identical to a fresh install"
+done
+exit $status
