@@ -1,0 +1,1 @@
+CREATE OR REPLACE MATERIALIZED VIEW v WITH (extract_query = $t$ $$ $t$, update_group = -3, time_column = 'a''b')
