@@ -83,6 +83,55 @@ pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::
     Ok(snapshot)
 }
 
+/// Connects with a libpq-style connection string (empty: the standard
+/// `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD` environment, as
+/// libpq reads it), and drives the connection in the background.
+pub async fn connect(dsn: &str) -> Result<Client, tokio_postgres::Error> {
+    let mut config: tokio_postgres::Config = dsn.parse()?;
+    apply_libpq_environment(&mut config);
+    config.application_name(APPLICATION_NAME);
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// Fills what the connection string left unset from the libpq environment.
+pub fn apply_libpq_environment(config: &mut tokio_postgres::Config) {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if config.get_hosts().is_empty() {
+        match var("PGHOST") {
+            Some(hosts) => {
+                for host in hosts.split(',') {
+                    config.host(host);
+                }
+            }
+            None => {
+                config.host("/var/run/postgresql");
+            }
+        }
+    }
+    if config.get_ports().is_empty() {
+        if let Some(port) = var("PGPORT").and_then(|p| p.parse().ok()) {
+            config.port(port);
+        }
+    }
+    if config.get_user().is_none() {
+        if let Some(user) = var("PGUSER").or_else(|| var("USER")) {
+            config.user(user);
+        }
+    }
+    if config.get_dbname().is_none() {
+        if let Some(dbname) = var("PGDATABASE") {
+            config.dbname(dbname);
+        }
+    }
+    if config.get_password().is_none() {
+        if let Some(password) = var("PGPASSWORD") {
+            config.password(password);
+        }
+    }
+}
+
 pub async fn catalog_version(client: &Client) -> Result<i64, tokio_postgres::Error> {
     Ok(client
         .query_one("SELECT micromegas.mm_catalog_version()", &[])
@@ -194,6 +243,7 @@ async fn session(
     sender: &watch::Sender<Arc<Snapshot>>,
 ) -> Result<(), tokio_postgres::Error> {
     let mut pg_config: tokio_postgres::Config = config.dsn.parse()?;
+    apply_libpq_environment(&mut pg_config);
     pg_config.application_name(APPLICATION_NAME);
     let (client, mut connection) = pg_config.connect(NoTls).await?;
     let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<Option<i64>>();

@@ -1,0 +1,206 @@
+//! micromegas-views: view sets as code. A directory of `<name>.sql` files,
+//! each one `CREATE [OR REPLACE] MATERIALIZED VIEW <name> …`, is the desired
+//! state; `plan` shows what `apply` would change, `apply` changes it in one
+//! transaction, `pull` writes the current definitions out.
+
+mod plan;
+
+use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "micromegas-views",
+    version,
+    about = "Manage micromegas view set definitions as a directory of .sql files"
+)]
+struct Cli {
+    /// Connection string (libpq style, e.g. "host=db dbname=micromegas user=admin");
+    /// unset parts come from PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD.
+    #[arg(long, global = true, default_value = "")]
+    dsn: String,
+    /// The identity recorded as updated_by (micromegas_views.actor); default: the OS user.
+    #[arg(long, global = true)]
+    actor: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show what apply would do, and dry-run it (in a transaction that is
+    /// rolled back); exit 0 = no changes, 2 = changes, 1 = error.
+    Plan {
+        /// The directory of <name>.sql files.
+        dir: PathBuf,
+        /// Also drop definitions that have no file.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Apply the plan in one transaction, all or nothing.
+    Apply {
+        dir: PathBuf,
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Write every current definition to <dir>/<name>.sql (verbatim).
+    Pull { dir: PathBuf },
+    /// List the definitions: name, group, updated_at, updated_by, load status.
+    List,
+    /// Show one definition with its schema and hash.
+    Show { name: String },
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    let actor = cli
+        .actor
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "micromegas-views".into());
+    match run(cli, &actor, color).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
+    let mut client = micromegas_views_client::connect(&cli.dsn)
+        .await
+        .map_err(|e| format!("cannot connect: {}", plan::pg_error(&e)))?;
+    match cli.command {
+        Command::Plan { dir, prune } => {
+            let mut plan = plan::make(&client, &dir, prune).await?;
+            plan.dry_run(&mut client).await?;
+            print!("{}", plan.render(color));
+            Ok(if plan.has_problems() {
+                ExitCode::from(1)
+            } else if plan.has_changes() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Command::Apply { dir, prune } => {
+            let plan = plan::make(&client, &dir, prune).await?;
+            print!("{}", plan.render(color));
+            if plan.has_problems() {
+                return Err("the plan has problems; nothing was changed".into());
+            }
+            if !plan.has_changes() {
+                println!("Nothing to apply.");
+                return Ok(ExitCode::SUCCESS);
+            }
+            let applied = plan.apply(&mut client, actor).await?;
+            println!("Applied {applied} change(s) in one transaction.");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Pull { dir } => {
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let rows = client
+                .query("SELECT view_set_name, definition_sql FROM micromegas.list_view_set_definitions()", &[])
+                .await
+                .map_err(|e| plan::pg_error(&e))?;
+            for row in &rows {
+                let name: String = row.get(0);
+                let sql: String = row.get(1);
+                let path = dir.join(format!("{name}.sql"));
+                std::fs::write(&path, sql).map_err(|e| format!("{}: {e}", path.display()))?;
+                println!("wrote {}", path.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List => {
+            let rows = client
+                .query(
+                    "SELECT view_set_name, update_group, to_char(updated_at, 'YYYY-MM-DD HH24:MI:SS TZ'), \
+                     coalesce(updated_by, ''), load_status, coalesce(load_error, '') \
+                     FROM micromegas.list_view_set_definitions()",
+                    &[],
+                )
+                .await
+                .map_err(|e| plan::pg_error(&e))?;
+            println!(
+                "{:<32} {:>12}  {:<23}  {:<20} load",
+                "name", "update_group", "updated_at", "updated_by"
+            );
+            for row in &rows {
+                let (name, group, at, by, status, error): (
+                    String,
+                    i32,
+                    String,
+                    String,
+                    String,
+                    String,
+                ) = (
+                    row.get(0),
+                    row.get(1),
+                    row.get(2),
+                    row.get(3),
+                    row.get(4),
+                    row.get(5),
+                );
+                let status = if error.is_empty() {
+                    status
+                } else {
+                    format!("{status}: {error}")
+                };
+                println!("{name:<32} {group:>12}  {at:<23}  {by:<20} {status}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { name } => {
+            let row = client
+                .query_opt(
+                    "SELECT definition_sql, update_group, micromegas._mm_format_schema(schema_ipc), \
+                     encode(schema_hash, 'hex'), array_to_string(reads, ', '), load_status, coalesce(load_error, '') \
+                     FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
+                    &[&name],
+                )
+                .await
+                .map_err(|e| plan::pg_error(&e))?
+                .ok_or_else(|| format!("materialized view \"{name}\" does not exist"))?;
+            let (sql, group, schema, hash, reads, status, error): (
+                String,
+                i32,
+                String,
+                String,
+                String,
+                String,
+                String,
+            ) = (
+                row.get(0),
+                row.get(1),
+                row.get(2),
+                row.get(3),
+                row.get(4),
+                row.get(5),
+                row.get(6),
+            );
+            println!("{sql}\n");
+            println!("-- update_group: {group}");
+            println!("-- reads: {reads}");
+            println!("-- schema_hash: {hash}");
+            println!(
+                "-- load_status: {status}{}",
+                if error.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({error})")
+                }
+            );
+            println!("-- schema:");
+            for line in schema.lines() {
+                println!("--   {line}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}

@@ -1,0 +1,353 @@
+//! Desired state (files) vs current state (the table): the plan, its
+//! rendering and its application.
+
+use micromegas_views_core::{ddl, Statement};
+use similar::{ChangeTag, TextDiff};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::path::Path;
+use tokio_postgres::Client;
+
+pub fn pg_error(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => {
+            let mut text = format!("{}: {}", db.code().code(), db.message());
+            if let Some(detail) = db.detail() {
+                text.push_str(&format!("\n  DETAIL: {detail}"));
+            }
+            if let Some(hint) = db.hint() {
+                text.push_str(&format!("\n  HINT: {hint}"));
+            }
+            text
+        }
+        None => e.to_string(),
+    }
+}
+
+/// The text two statements are compared by: line endings, surrounding
+/// whitespace and a trailing `;` do not count, nor `OR REPLACE`.
+pub fn canonical(statement: &str) -> String {
+    let text = statement.replace("\r\n", "\n").replace('\r', "\n");
+    let text = text.trim();
+    let text = text.strip_suffix(';').unwrap_or(text).trim_end();
+    let lower = text.to_ascii_lowercase();
+    let prefix = "create or replace materialized view";
+    if lower.starts_with(prefix) {
+        format!("CREATE MATERIALIZED VIEW{}", &text[prefix.len()..])
+    } else if lower.starts_with("create materialized view") {
+        format!(
+            "CREATE MATERIALIZED VIEW{}",
+            &text["create materialized view".len()..]
+        )
+    } else {
+        text.to_string()
+    }
+}
+
+/// The statement as apply sends it: OR REPLACE when the view exists.
+fn with_or_replace(statement: &str) -> String {
+    let c = canonical(statement);
+    format!(
+        "CREATE OR REPLACE MATERIALIZED VIEW{}",
+        &c["CREATE MATERIALIZED VIEW".len()..]
+    )
+}
+
+#[derive(Debug)]
+pub enum Action {
+    Create {
+        statement: String,
+        group: i32,
+    },
+    Replace {
+        statement: String,
+        current: String,
+        group: i32,
+    },
+    Unchanged,
+    Drop {
+        group: i32,
+    },
+}
+
+pub struct Plan {
+    pub items: BTreeMap<String, Action>,
+    pub problems: Vec<(String, String)>,
+}
+
+impl Plan {
+    pub fn has_changes(&self) -> bool {
+        self.items.values().any(|a| !matches!(a, Action::Unchanged))
+    }
+
+    pub fn has_problems(&self) -> bool {
+        !self.problems.is_empty()
+    }
+
+    pub fn render(&self, color: bool) -> String {
+        let paint = |code: &str, text: &str| {
+            if color {
+                format!("\x1b[{code}m{text}\x1b[0m")
+            } else {
+                text.to_string()
+            }
+        };
+        let mut out = String::new();
+        for (name, action) in &self.items {
+            match action {
+                Action::Create { statement, .. } => {
+                    let _ = writeln!(out, "{}", paint("32", &format!("+ create {name}")));
+                    for line in statement.lines() {
+                        let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
+                    }
+                }
+                Action::Replace {
+                    statement, current, ..
+                } => {
+                    let _ = writeln!(out, "{}", paint("33", &format!("~ replace {name}")));
+                    let (old, new) = (canonical(current), canonical(statement));
+                    let diff = TextDiff::from_lines(&old, &new);
+                    for change in diff.iter_all_changes() {
+                        let line = change.to_string_lossy();
+                        let line = line.trim_end_matches('\n');
+                        match change.tag() {
+                            ChangeTag::Delete => {
+                                let _ = writeln!(out, "{}", paint("31", &format!("    - {line}")));
+                            }
+                            ChangeTag::Insert => {
+                                let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
+                            }
+                            ChangeTag::Equal => {
+                                let _ = writeln!(out, "      {line}");
+                            }
+                        }
+                    }
+                }
+                Action::Unchanged => {
+                    let _ = writeln!(out, "  unchanged {name}");
+                }
+                Action::Drop { .. } => {
+                    let _ = writeln!(out, "{}", paint("31", &format!("- drop {name}")));
+                }
+            }
+        }
+        for (name, problem) in &self.problems {
+            let _ = writeln!(out, "{}", paint("31;1", &format!("! {name}: {problem}")));
+        }
+        let count = |f: fn(&Action) -> bool| self.items.values().filter(|a| f(a)).count();
+        let _ = writeln!(
+            out,
+            "Plan: {} to create, {} to replace, {} to drop, {} unchanged{}.",
+            count(|a| matches!(a, Action::Create { .. })),
+            count(|a| matches!(a, Action::Replace { .. })),
+            count(|a| matches!(a, Action::Drop { .. })),
+            count(|a| matches!(a, Action::Unchanged)),
+            if self.problems.is_empty() {
+                String::new()
+            } else {
+                format!(", {} problem(s)", self.problems.len())
+            }
+        );
+        out
+    }
+
+    /// The SQL statements of the plan, in the order that satisfies
+    /// dependencies: creates and replaces in ascending update_group, then
+    /// drops in descending update_group.
+    fn steps(&self) -> Vec<(String, &'static str, String)> {
+        let mut writes: Vec<(&String, &Action)> = self
+            .items
+            .iter()
+            .filter(|(_, a)| matches!(a, Action::Create { .. } | Action::Replace { .. }))
+            .collect();
+        writes.sort_by_key(|(name, a)| match a {
+            Action::Create { group, .. } | Action::Replace { group, .. } => {
+                (*group, (*name).clone())
+            }
+            _ => unreachable!(),
+        });
+        let mut drops: Vec<(&String, i32)> = self
+            .items
+            .iter()
+            .filter_map(|(n, a)| match a {
+                Action::Drop { group } => Some((n, *group)),
+                _ => None,
+            })
+            .collect();
+        drops.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        let mut steps = Vec::new();
+        for (name, action) in writes {
+            let statement = match action {
+                Action::Replace { statement, .. } => with_or_replace(statement),
+                Action::Create { statement, .. } => statement.clone(),
+                _ => unreachable!(),
+            };
+            steps.push((
+                name.clone(),
+                "SELECT micromegas.mm_create_view($1::text)",
+                statement,
+            ));
+        }
+        for (name, _) in drops {
+            steps.push((
+                name.clone(),
+                "SELECT micromegas.mm_drop_view($1::name, false)",
+                name.clone(),
+            ));
+        }
+        steps
+    }
+
+    /// The dry run of the whole plan: every step, in order, each seeing the
+    /// ones before it, in a transaction that is rolled back. Each failing
+    /// step is recorded as a problem (and undone, so the others still run).
+    pub async fn dry_run(&mut self, client: &mut Client) -> Result<(), String> {
+        let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
+        for (name, sql, argument) in self.steps() {
+            tx.batch_execute("SAVEPOINT step")
+                .await
+                .map_err(|e| pg_error(&e))?;
+            if let Err(e) = tx.execute(sql, &[&argument]).await {
+                self.problems.push((name, pg_error(&e)));
+                tx.batch_execute("ROLLBACK TO SAVEPOINT step")
+                    .await
+                    .map_err(|e| pg_error(&e))?;
+            }
+        }
+        tx.rollback().await.map_err(|e| pg_error(&e))
+    }
+
+    /// Applies every step in one transaction, all or nothing.
+    pub async fn apply(&self, client: &mut Client, actor: &str) -> Result<usize, String> {
+        let tx = client.transaction().await.map_err(|e| pg_error(&e))?;
+        tx.execute(
+            "SELECT set_config('micromegas_views.actor', $1, true)",
+            &[&actor],
+        )
+        .await
+        .map_err(|e| pg_error(&e))?;
+        let steps = self.steps();
+        for (name, sql, argument) in &steps {
+            // On error the transaction is dropped, which rolls it back.
+            tx.execute(*sql, &[argument])
+                .await
+                .map_err(|e| format!("{name}: {}; nothing was changed", pg_error(&e)))?;
+        }
+        tx.commit().await.map_err(|e| pg_error(&e))?;
+        Ok(steps.len())
+    }
+}
+
+/// Reads the directory and compares it with the table.
+pub async fn make(client: &Client, dir: &Path, prune: bool) -> Result<Plan, String> {
+    let mut files = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    for entry in entries {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("sql") {
+            continue;
+        }
+        let stem = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        files.insert(stem, (path, text));
+    }
+    if prune && files.is_empty() {
+        return Err(format!(
+            "{} holds no .sql file; refusing to --prune every definition",
+            dir.display()
+        ));
+    }
+    let rows = client
+        .query("SELECT view_set_name, definition_sql, update_group FROM micromegas.list_view_set_definitions()", &[])
+        .await
+        .map_err(|e| pg_error(&e))?;
+    let current: BTreeMap<String, (String, i32)> = rows
+        .iter()
+        .map(|r| {
+            (
+                r.get::<_, String>(0),
+                (r.get::<_, String>(1), r.get::<_, i32>(2)),
+            )
+        })
+        .collect();
+
+    let mut plan = Plan {
+        items: BTreeMap::new(),
+        problems: Vec::new(),
+    };
+    for (stem, (path, text)) in &files {
+        let parsed = match ddl::parse(text) {
+            Ok(Statement::Create(create)) => create,
+            Ok(Statement::Drop(_)) => {
+                plan.problems.push((
+                    stem.clone(),
+                    format!("{} holds a DROP statement", path.display()),
+                ));
+                continue;
+            }
+            Err(e) => {
+                plan.problems
+                    .push((stem.clone(), format!("{}: {e}", path.display())));
+                continue;
+            }
+        };
+        if parsed.name != *stem {
+            plan.problems.push((
+                stem.clone(),
+                format!(
+                    "{} defines \"{}\"; the file must be named {}.sql",
+                    path.display(),
+                    parsed.name,
+                    parsed.name
+                ),
+            ));
+            continue;
+        }
+        let group = micromegas_views_core::Definition::from_statement(&parsed)
+            .map(|d| d.update_group)
+            .unwrap_or(0);
+        let action = match current.get(stem) {
+            None => Action::Create {
+                statement: text.clone(),
+                group,
+            },
+            Some((sql, _)) if canonical(sql) == canonical(text) => Action::Unchanged,
+            Some((sql, _)) => Action::Replace {
+                statement: text.clone(),
+                current: sql.clone(),
+                group,
+            },
+        };
+        plan.items.insert(stem.clone(), action);
+    }
+    for (name, (_, group)) in &current {
+        if !files.contains_key(name) {
+            if prune {
+                plan.items
+                    .insert(name.clone(), Action::Drop { group: *group });
+            }
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical;
+
+    #[test]
+    fn canonicalization() {
+        let a = "create or replace materialized view v WITH (a = 1);\r\n";
+        let b = "  CREATE MATERIALIZED VIEW v WITH (a = 1)  ";
+        assert_eq!(canonical(a), canonical(b));
+        assert_ne!(
+            canonical(b),
+            canonical("CREATE MATERIALIZED VIEW v WITH (a = 2)")
+        );
+    }
+}

@@ -1,0 +1,337 @@
+//! The view-sets-as-code workflow against a real PostgreSQL with the
+//! extension (MMV_TEST_DSN, set by scripts/test.sh). Each test works in its
+//! own database so they can run in parallel.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn base_dsn() -> String {
+    std::env::var("MMV_TEST_DSN").expect("MMV_TEST_DSN must name a database with micromegas_views")
+}
+
+/// A fresh database with the extension, named after the test.
+fn database(name: &str) -> String {
+    let admin = base_dsn();
+    let psql = |dsn: &str, sql: &str| {
+        let out = Command::new("psql")
+            .args(["-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-c", sql])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{sql}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    psql(&admin, &format!("DROP DATABASE IF EXISTS {name}"));
+    psql(&admin, &format!("CREATE DATABASE {name}"));
+    let dsn = format!(
+        "{} dbname={name}",
+        admin.replace("dbname=", "olddbname_ignored=")
+    );
+    let dsn = dsn
+        .split_whitespace()
+        .filter(|p| !p.starts_with("olddbname_ignored="))
+        .collect::<Vec<_>>()
+        .join(" ");
+    psql(&dsn, "CREATE EXTENSION micromegas_views");
+    dsn
+}
+
+fn cli(dsn: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_micromegas-views"))
+        .args(["--dsn", dsn, "--actor", "ci-bot"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn query(dsn: &str, sql: &str) -> String {
+    let out = Command::new("psql")
+        .args(["-X", "-A", "-t", "-d", dsn, "-c", sql])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn workdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("mmv-cli-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn view(name: &str, source: &str, cols: &str, group: i32) -> String {
+    format!(
+        "CREATE MATERIALIZED VIEW {name} WITH (\n  extract_query = 'SELECT {cols} FROM {source}',\n  \
+         count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''',\n  \
+         merge_partitions_query = 'SELECT {cols} FROM {{source}}',\n  update_group = {group},\n  time_column = 'time'\n);\n"
+    )
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    std::fs::write(dir.join(format!("{name}.sql")), text).unwrap();
+}
+
+#[test]
+fn pull_edit_plan_apply_round_trip() {
+    let dsn = database("mmv_cli_round_trip");
+    let dir = workdir("round-trip");
+    let out = cli(&dsn, &["pull", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pulled = std::fs::read_to_string(dir.join("log_stats.sql")).unwrap();
+    assert_eq!(pulled, query(&dsn, "SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'"));
+
+    // Nothing changed: exit 0.
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(stdout(&out).contains("unchanged log_stats"));
+    // Whitespace, line endings and a missing ';' are not changes.
+    write(
+        &dir,
+        "log_stats",
+        &format!(
+            "\r\n{}\r\n",
+            pulled
+                .trim_end()
+                .trim_end_matches(';')
+                .replace('\n', "\r\n")
+        ),
+    );
+    assert_eq!(
+        cli(&dsn, &["plan", dir.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+
+    // Edit one, add one: exit 2, and the plan names both.
+    write(
+        &dir,
+        "log_stats",
+        &pulled.replace("'1 minute'", "'5 minutes'"),
+    );
+    write(
+        &dir,
+        "errors",
+        &view("errors", "log_entries", "time, process_id", 4000),
+    );
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("+ create errors"), "{text}");
+    assert!(text.contains("~ replace log_stats"), "{text}");
+    assert!(
+        text.contains("- ") && text.contains("'1 minute'") && text.contains("'5 minutes'"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Plan: 1 to create, 1 to replace, 0 to drop, 0 unchanged."),
+        "{text}"
+    );
+    assert!(
+        !text.contains("\x1b["),
+        "no color when not attached to a terminal"
+    );
+    // plan changed nothing.
+    assert_eq!(
+        query(
+            &dsn,
+            "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions"
+        ),
+        "1"
+    );
+
+    let out = cli(&dsn, &["apply", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout(&out).contains("Applied 2 change(s)"));
+    assert_eq!(
+        query(&dsn, "SELECT string_agg(view_set_name || ':' || updated_by, ',' ORDER BY 1) FROM micromegas.list_view_set_definitions()"),
+        "errors:ci-bot,log_stats:ci-bot"
+    );
+    assert_eq!(
+        cli(&dsn, &["plan", dir.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+
+    let out = cli(&dsn, &["list"]);
+    assert!(
+        stdout(&out).contains("errors") && stdout(&out).contains("ok"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&dsn, &["show", "errors"]);
+    assert!(out.status.success());
+    assert!(
+        stdout(&out).contains("-- schema_hash: ")
+            && stdout(&out).contains("process_id: Dictionary(Int32, Utf8)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(cli(&dsn, &["show", "nope"]).status.code(), Some(1));
+}
+
+#[test]
+fn a_validation_error_shows_at_plan_time_and_changes_nothing() {
+    let dsn = database("mmv_cli_invalid");
+    let dir = workdir("invalid");
+    write(
+        &dir,
+        "broken",
+        &view("broken", "log_entries", "now() AS time, process_id", 4000),
+    );
+    write(
+        &dir,
+        "misnamed",
+        &view("other_name", "log_entries", "time, process_id", 4000),
+    );
+    let version = query(&dsn, "SELECT micromegas.mm_catalog_version()");
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("broken: 42P17: extract_query calls now(), which is not immutable"),
+        "{text}"
+    );
+    assert!(
+        text.contains("misnamed.sql defines \"other_name\""),
+        "{text}"
+    );
+    let out = cli(&dsn, &["apply", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        query(&dsn, "SELECT micromegas.mm_catalog_version()"),
+        version
+    );
+}
+
+#[test]
+fn prune_drops_what_has_no_file_and_refuses_an_empty_directory() {
+    let dsn = database("mmv_cli_prune");
+    let dir = workdir("prune");
+    let empty = workdir("prune-empty");
+    write(
+        &dir,
+        "keep",
+        &view("keep", "log_entries", "time, process_id", 4000),
+    );
+    write(
+        &dir,
+        "leaf",
+        &view("leaf", "keep", "time, process_id", 5000),
+    );
+    assert!(cli(&dsn, &["apply", dir.to_str().unwrap()])
+        .status
+        .success());
+    std::fs::remove_file(dir.join("leaf.sql")).unwrap();
+    // Without --prune, a definition with no file is left alone.
+    assert_eq!(
+        cli(&dsn, &["plan", dir.to_str().unwrap()]).status.code(),
+        Some(0)
+    );
+    let out = cli(&dsn, &["plan", "--prune", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stdout(&out).contains("- drop leaf") && stdout(&out).contains("- drop log_stats"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(cli(&dsn, &["apply", "--prune", dir.to_str().unwrap()])
+        .status
+        .success());
+    assert_eq!(
+        query(
+            &dsn,
+            "SELECT string_agg(view_set_name, ',') FROM micromegas.list_view_set_definitions()"
+        ),
+        "keep"
+    );
+    let out = cli(&dsn, &["apply", "--prune", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to --prune"));
+    assert_eq!(
+        query(
+            &dsn,
+            "SELECT count(*) FROM micromegas.list_view_set_definitions()"
+        ),
+        "1"
+    );
+}
+
+#[test]
+fn an_apply_that_fails_midway_leaves_the_database_unchanged() {
+    let dsn = database("mmv_cli_midway");
+    let dir = workdir("midway");
+    write(
+        &dir,
+        "base",
+        &view("base", "log_entries", "time, process_id, level", 4000),
+    );
+    assert!(cli(&dsn, &["apply", dir.to_str().unwrap()])
+        .status
+        .success());
+    let version = query(&dsn, "SELECT micromegas.mm_catalog_version()");
+    // Each change is valid on its own, but applied in order the replace
+    // removes the column the new view reads: the plan's dry run of the whole
+    // sequence shows it, and an apply fails at the second step.
+    write(
+        &dir,
+        "base",
+        &view("base", "log_entries", "time, process_id", 4000),
+    );
+    write(
+        &dir,
+        "reader",
+        &view("reader", "base", "time, process_id, level", 5000),
+    );
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("reader: 42P17: extract_query does not plan"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(
+        query(&dsn, "SELECT micromegas.mm_catalog_version()"),
+        version
+    );
+    let out = cli(&dsn, &["apply", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("reader") && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(
+        query(&dsn, "SELECT micromegas.mm_catalog_version()"),
+        version
+    );
+    assert_eq!(query(&dsn, "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'reader'"), "0");
+    assert!(query(&dsn, "SELECT extract_query FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'base'").contains("level"));
+}
+
+#[test]
+fn every_subcommand_has_help() {
+    for sub in ["plan", "apply", "pull", "list", "show"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_micromegas-views"))
+            .args([sub, "--help"])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage: micromegas-views"),
+            "{sub}"
+        );
+    }
+}
