@@ -14,6 +14,7 @@ pub mod functions;
 pub mod isolate;
 pub mod options;
 pub mod planner;
+pub mod properties;
 pub mod schema;
 
 pub use catalog::{Catalog, CatalogEntry, SourceKind};
