@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark: a release build of the extension in a throwaway cluster,
 # every figure beside a native PostgreSQL baseline from the same run.
-#   scripts/bench.sh            (MMV_BENCH_ROUNDS=100 by default)
+#   scripts/bench.sh            (MMV_BENCH_ROUNDS=100 by default; MMV_BENCH_PROFILE
+#                                picks another cargo profile than release)
 # Not part of the test suite. Prints one markdown table.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -10,7 +11,8 @@ root="$(cd "$here/.." && pwd)"
 source "$here/env.sh"
 cd "$root"
 start=$(date +%s)
-cargo pgrx install --release --pg-config "$PG_CONFIG" >/dev/null
+profile="${MMV_BENCH_PROFILE:-release}"
+cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" >/dev/null
 build_seconds=$(( $(date +%s) - start ))
 so="$("$PG_CONFIG" --pkglibdir)/micromegas_views.so"
 so_mib=$(awk "BEGIN { printf \"%.1f\", $(stat -c %s "$so") / 1048576 }")
@@ -22,5 +24,5 @@ psql -X -q -d mmv_bench -c "CREATE EXTENSION micromegas_views"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -r), PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(date -u +%F)"
 echo
 MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_bench" "$CARGO_TARGET_DIR/release/examples/bench"
-echo "| release .so size | $so_mib MiB | | | |"
-echo "| release build of the extension (this run; from scratch only on an empty target dir) | $build_seconds s | | | |"
+echo "| $profile .so size | $so_mib MiB | | | |"
+echo "| $profile build of the extension (this run; from scratch only on an empty target dir) | $build_seconds s | | | |"
