@@ -115,22 +115,26 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Plans and checks a definition (jsonb, as _mm_definition_from_row returns
--- it) against a snapshot of exactly the view sets its queries mention, as
--- they are in the table now. Writes nothing.
+-- it) against a snapshot of the built-in and DDL view sets whose names occur
+-- as words in its queries (a superset of what they read, found with the
+-- primary keys), as they are in the table now. Writes nothing.
 CREATE FUNCTION micromegas._mm_check(definition jsonb) RETURNS jsonb
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  relations text[] := micromegas._mm_referenced_relations(definition);
+  words text[] := ARRAY(
+    SELECT DISTINCT w FROM regexp_split_to_table(lower(concat_ws(' ', definition->>'extract_query',
+             definition->>'count_src_query', definition->>'merge_partitions_query')), '[^a-z0-9_]+') AS w
+     WHERE w <> '');
   snapshot jsonb;
 BEGIN
   SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
     SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind
       FROM micromegas.builtin_view_sets b
-     WHERE b.view_set_name = ANY (relations)
+     WHERE b.view_set_name = ANY (words)
     UNION ALL
     SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized'
       FROM micromegas.lakehouse_view_set_definitions d
-     WHERE d.view_set_name = ANY (relations) AND d.view_set_name <> (definition->>'name')
+     WHERE d.view_set_name = ANY (words) AND d.view_set_name <> (definition->>'name')
   ) e;
   RETURN micromegas._mm_validate(definition, snapshot);
 END
