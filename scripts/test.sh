@@ -46,7 +46,8 @@ echo "== client and CLI integration tests (cargo test -p micromegas_views_client
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_client" -c "CREATE DATABASE mmv_client"
 psql -X -q -d mmv_client -c "CREATE EXTENSION micromegas_views"
 (cd "$root" && MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
-  cargo test -p micromegas_views_client -p micromegas_views_cli --features integration) || failed=$((failed + 1))
+  cargo test -p micromegas_views_client -p micromegas_views_cli \
+    --features micromegas_views_client/integration,micromegas_views_cli/integration) || failed=$((failed + 1))
 echo "== randomized DDL stress (scripts/stress.sh 4 50)"
 "$here/stress.sh" 4 50 || failed=$((failed + 1))
 echo "== pg_dump / pg_restore round trip"
