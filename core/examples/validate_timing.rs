@@ -5,7 +5,9 @@ use micromegas_views_core::{checks, ddl, planner, schema, Definition, Statement}
 use std::time::Instant;
 
 fn main() {
-    let Statement::Create(create) = ddl::parse(LOG_STATS_SQL).unwrap() else { unreachable!() };
+    let Statement::Create(create) = ddl::parse(LOG_STATS_SQL).unwrap() else {
+        unreachable!()
+    };
     let definition = Definition::from_statement(&create).unwrap();
     let catalog = builtin_catalog();
     let rounds = 500;
@@ -15,10 +17,17 @@ fn main() {
         for _ in 0..rounds {
             f();
         }
-        println!("{label:<40} {:>8.3} ms", start.elapsed().as_secs_f64() * 1000.0 / rounds as f64);
+        println!(
+            "{label:<40} {:>8.3} ms",
+            start.elapsed().as_secs_f64() * 1000.0 / rounds as f64
+        );
     };
     time("parse the three queries", &mut || {
-        for q in [&definition.extract_query, &definition.count_src_query, &definition.merge_partitions_query] {
+        for q in [
+            &definition.extract_query,
+            &definition.count_src_query,
+            &definition.merge_partitions_query,
+        ] {
             planner::parse_query("q", q).unwrap();
         }
     });

@@ -89,6 +89,7 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
     check_count_schema(&output_schema(&count))?;
 
     let mut reads = BTreeSet::new();
+    let mut count_reads_raw = false;
     for (option, plan) in [(EXTRACT, &extract), (MERGE, &merge), (COUNT, &count)] {
         for name in scanned_tables(plan) {
             let Some(entry) = catalog.get(&name) else {
@@ -101,6 +102,7 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
                 .with_detail("The count query detects stale partitions by counting raw source rows; a materialized view has no reliable insert_time.")
                 .with_hint("Count the raw table the data comes from, such as blocks."));
             }
+            count_reads_raw |= option == COUNT;
             if let Some(group) = entry.update_group {
                 if def.update_group <= group {
                     return Err(Error::definition(format!(
@@ -114,10 +116,7 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
             reads.insert(name);
         }
     }
-    if !scanned_tables(&count)
-        .iter()
-        .any(|n| catalog.get(n).is_some())
-    {
+    if !count_reads_raw {
         return Err(Error::definition("count_src_query reads no raw table")
             .with_hint("Count the raw table the data comes from, such as blocks."));
     }

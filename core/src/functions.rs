@@ -46,36 +46,37 @@ pub fn registry() -> &'static FunctionRegistry {
     REGISTRY.get_or_init(build)
 }
 
+/// Indexes functions by their name and every alias.
+fn by_name<T>(
+    functions: Vec<Arc<T>>,
+    names: impl Fn(&T) -> (&str, &[String]),
+) -> HashMap<String, Arc<T>> {
+    let mut map = HashMap::new();
+    for f in functions {
+        let (name, aliases) = names(&f);
+        for n in std::iter::once(name.to_string()).chain(aliases.iter().cloned()) {
+            map.insert(n, Arc::clone(&f));
+        }
+    }
+    map
+}
+
 fn build() -> FunctionRegistry {
-    let mut scalars = HashMap::new();
     let mut all = datafusion_functions::all_default_functions();
     all.extend(datafusion_functions_nested::all_default_nested_functions());
     all.extend(micromegas_scalars());
-    for f in all {
-        for name in std::iter::once(f.name().to_string()).chain(f.aliases().iter().cloned()) {
-            scalars.insert(name, Arc::clone(&f));
-        }
-    }
-    let mut higher_order = HashMap::new();
-    for f in datafusion_functions_nested::all_default_higher_order_functions() {
-        for name in std::iter::once(f.name().to_string()).chain(f.aliases().iter().cloned()) {
-            higher_order.insert(name, Arc::clone(&f));
-        }
-    }
-    let mut aggregates = HashMap::new();
+    let scalars = by_name(all, |f| (f.name(), f.aliases()));
+    let higher_order = by_name(
+        datafusion_functions_nested::all_default_higher_order_functions(),
+        |f| (f.name(), f.aliases()),
+    );
     let mut all = datafusion_functions_aggregate::all_default_aggregate_functions();
     all.extend(micromegas_aggregates());
-    for f in all {
-        for name in std::iter::once(f.name().to_string()).chain(f.aliases().iter().cloned()) {
-            aggregates.insert(name, Arc::clone(&f));
-        }
-    }
-    let mut windows = HashMap::new();
-    for f in datafusion_functions_window::all_default_window_functions() {
-        for name in std::iter::once(f.name().to_string()).chain(f.aliases().iter().cloned()) {
-            windows.insert(name, Arc::clone(&f));
-        }
-    }
+    let aggregates = by_name(all, |f| (f.name(), f.aliases()));
+    let windows = by_name(
+        datafusion_functions_window::all_default_window_functions(),
+        |f| (f.name(), f.aliases()),
+    );
     let expr_planners: Vec<Arc<dyn ExprPlanner>> = vec![
         Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
         Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
