@@ -18,7 +18,10 @@ case "${1:-}" in
     mkdir -p "$MMV_SOCKET" && chmod 755 "$MMV_STATE"
     [ "$(id -u)" = 0 ] && chown postgres "$MMV_SOCKET" "$MMV_STATE"
     as_postgres "$PG_BIN/initdb" -D "$data" -A trust -U postgres --no-instructions >/dev/null
-    as_postgres "$PG_BIN/pg_ctl" -D "$data" -w -l "$MMV_STATE/postgres.log" \
+    # Without RUST_BACKTRACE: pgrx would append a Rust backtrace to the
+    # DETAIL of errors raised through Rust frames (as in production, where
+    # it is not set).
+    as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$data" -w -l "$MMV_STATE/postgres.log" \
       -o "-p $MMV_PORT -k $MMV_SOCKET -c listen_addresses=''" start >/dev/null
     echo "cluster: running on socket $MMV_SOCKET port $MMV_PORT (log $MMV_STATE/postgres.log)" ;;
   stop)

@@ -7,6 +7,11 @@ mod pg;
 
 ::pgrx::pg_module_magic!(name, version);
 
+#[pgrx::pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    pg::settings::register();
+}
+
 pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
 

@@ -26,6 +26,7 @@ pub fn builtin_catalog() -> Catalog {
             schema: schema::from_json(&row["schema"]).expect("builtin schema"),
             update_group: row["update_group"].as_i64().map(|g| g as i32),
             kind,
+            load_error: None,
         });
     }
     Catalog::new(entries)

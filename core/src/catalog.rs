@@ -25,6 +25,8 @@ pub struct CatalogEntry {
     pub schema: SchemaRef,
     pub update_group: Option<i32>,
     pub kind: SourceKind,
+    /// Why a DDL view set failed to load; reading it is refused.
+    pub load_error: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -38,6 +40,8 @@ struct JsonEntry {
     schema_ipc: Option<String>,
     update_group: Option<i32>,
     kind: SourceKind,
+    #[serde(default)]
+    load_error: Option<String>,
 }
 
 impl Catalog {
@@ -70,6 +74,7 @@ impl Catalog {
                 schema,
                 update_group: row.update_group,
                 kind: row.kind,
+                load_error: row.load_error,
             });
         }
         Ok(Catalog::new(entries))

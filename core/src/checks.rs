@@ -3,11 +3,13 @@
 use crate::catalog::{Catalog, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::DENIED_FUNCTIONS;
+use crate::isolate;
 use crate::options::Definition;
 use crate::planner::{self, output_schema, SOURCE_TABLE};
 use crate::schema;
 use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion_common::ScalarValue;
 use datafusion_expr::{Expr, LogicalPlan, Volatility, WindowFunctionDefinition};
 use sqlparser::ast::{visit_expressions, visit_relations, ObjectName, Query};
 use std::collections::BTreeSet;
@@ -62,9 +64,10 @@ pub fn referenced_relations(def: &Definition) -> Result<Vec<String>> {
 
 /// Runs every check; on success returns the view's schema, hash and reads.
 pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
-    check_placeholders(def)?;
     let mut parsed = Vec::with_capacity(3);
     for (option, text) in queries(def) {
+        isolate::set_phase(option);
+        isolate::checkpoint()?;
         let query = planner::parse_query(option, text)?;
         check_denied_functions(option, &query)?;
         parsed.push(query);
@@ -82,11 +85,14 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
 
     let merge = planner::plan(MERGE, merge_query, catalog, Some(schema.clone()))?;
     check_plan(MERGE, &merge)?;
+    check_merge_reads_source(&merge)?;
     check_merge_schema(&schema, &output_schema(&merge))?;
 
     let count = planner::plan(COUNT, count_query, catalog, None)?;
     check_plan(COUNT, &count)?;
+    check_count_placeholders(&count)?;
     check_count_schema(&output_schema(&count))?;
+    isolate::checkpoint()?;
 
     let mut reads = BTreeSet::new();
     let mut count_reads_raw = false;
@@ -96,11 +102,7 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
                 continue;
             };
             if option == COUNT && entry.kind != SourceKind::Raw {
-                return Err(Error::definition(format!(
-                    "count_src_query reads \"{name}\", which is not a raw insert_time-bearing table"
-                ))
-                .with_detail("The count query detects stale partitions by counting raw source rows; a materialized view has no reliable insert_time.")
-                .with_hint("Count the raw table the data comes from, such as blocks."));
+                return Err(not_raw_count_source(&name));
             }
             count_reads_raw |= option == COUNT;
             if let Some(group) = entry.update_group {
@@ -113,12 +115,24 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
                     .with_hint(format!("Use an update_group of at least {}.", group as i64 + 1)));
                 }
             }
+            if let Some(error) = &entry.load_error {
+                return Err(Error::definition(format!(
+                    "{option} reads materialized view \"{name}\", which failed to load"
+                ))
+                .with_detail(format!("\"{name}\": {error}"))
+                .with_hint(format!(
+                    "Repair \"{name}\" first (CREATE OR REPLACE it), or read something else."
+                )));
+            }
             reads.insert(name);
         }
     }
     if !count_reads_raw {
-        return Err(Error::definition("count_src_query reads no raw table")
-            .with_hint("Count the raw table the data comes from, such as blocks."));
+        return Err(
+            Error::definition("count_src_query reads no raw block metadata")
+                .with_detail(COUNT_RULE)
+                .with_hint(COUNT_HINT),
+        );
     }
 
     Ok(Validated {
@@ -128,20 +142,65 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
     })
 }
 
-fn check_placeholders(def: &Definition) -> Result<()> {
-    for placeholder in ["{begin}", "{end}"] {
-        if !def.count_src_query.contains(placeholder) {
-            return Err(Error::definition(format!(
-                "count_src_query must reference {placeholder}"
-            ))
-            .with_detail("The count query is run for one insert_time range, bounded by {begin} and {end}."));
+const COUNT_RULE: &str = "The daemon decides that a partition is stale when this count differs from the one it recorded when it materialized the partition, so the count must read the raw block metadata that ingestion appends to (such as blocks), whose rows for an insert_time range change exactly when new data arrives.";
+const COUNT_HINT: &str = "For example: SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'";
+
+fn not_raw_count_source(name: &str) -> Error {
+    Error::definition(format!(
+        "count_src_query reads \"{name}\", which is not raw block metadata"
+    ))
+    .with_detail(format!(
+        "\"{name}\" is a view set derived from the ingested blocks, not the block metadata itself. {COUNT_RULE}"
+    ))
+    .with_hint(COUNT_HINT)
+}
+
+/// `{source}` must stand for a table the merge query really scans (not a
+/// comment or a string).
+fn check_merge_reads_source(plan: &LogicalPlan) -> Result<()> {
+    let mut found = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            found |= scan.table_name.table() == SOURCE_TABLE;
         }
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    if found {
+        return Ok(());
     }
-    if !def.merge_partitions_query.contains("{source}") {
-        return Err(
-            Error::definition("merge_partitions_query must reference {source}")
-                .with_detail("{source} stands for the set of partitions being merged."),
-        );
+    Err(Error::definition("merge_partitions_query must read {source}")
+        .with_detail("{source} stands for the set of partitions being merged; the query must scan it (FROM {source}), not just mention it.")
+        .with_hint("For example: SELECT … FROM {source} GROUP BY …"))
+}
+
+/// `{begin}` and `{end}` must each reach the count query's plan as a value
+/// (not sit in a comment or inside an unrelated string).
+fn check_count_placeholders(plan: &LogicalPlan) -> Result<()> {
+    let mut seen_begin = false;
+    let mut seen_end = false;
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|expr| {
+            expr.apply(|e| {
+                if let Expr::Literal(ScalarValue::Utf8(Some(text)), _) = e {
+                    seen_begin |= text == planner::BEGIN_VALUE;
+                    seen_end |= text == planner::END_VALUE;
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    for (placeholder, seen) in [("{begin}", seen_begin), ("{end}", seen_end)] {
+        if !seen {
+            return Err(Error::definition(format!(
+                "count_src_query must use {placeholder}"
+            ))
+            .with_detail("The count query is run for one insert_time range, bounded by {begin} and {end}; each must be a value the query uses, e.g. insert_time >= '{begin}', not text in a comment or inside another string.")
+            .with_hint(COUNT_HINT));
+        }
     }
     Ok(())
 }
@@ -200,25 +259,11 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
             return Ok(TreeNodeRecursion::Stop);
         }
         node.apply_expressions(|expr| {
-            expr.apply(|e| {
-                if let Some((name, volatility)) = function_volatility(e) {
-                    if volatility != Volatility::Immutable {
-                        let kind = match volatility {
-                            Volatility::Stable => "stable",
-                            _ => "volatile",
-                        };
-                        problem = Some(
-                            Error::definition(format!(
-                                "{option} calls {name}(), which is not immutable"
-                            ))
-                            .with_detail(format!(
-                                "{name}() is {kind}: its result would be frozen into a partition instead of being recomputed."
-                            )),
-                        );
-                        return Ok(TreeNodeRecursion::Stop);
-                    }
-                }
-                Ok(TreeNodeRecursion::Continue)
+            problem = volatility_problem(option, expr);
+            Ok(if problem.is_some() {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
             })
         })
     });
@@ -226,6 +271,32 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// The first call in `expr` of a function that is not immutable, as the
+/// error a definition gets for it. The planner runs it on table-function
+/// arguments too, which do not stay in the plan.
+pub(crate) fn volatility_problem(option: &str, expr: &Expr) -> Option<Error> {
+    let mut problem = None;
+    let _ = expr.apply(|e| {
+        if let Some((name, volatility)) = function_volatility(e) {
+            if volatility != Volatility::Immutable {
+                let kind = match volatility {
+                    Volatility::Stable => "stable",
+                    _ => "volatile",
+                };
+                problem = Some(
+                    Error::definition(format!("{option} calls {name}(), which is not immutable"))
+                        .with_detail(format!(
+                            "{name}() is {kind}: its result would be frozen into a partition instead of being recomputed."
+                        )),
+                );
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    problem
 }
 
 fn function_volatility(e: &Expr) -> Option<(String, Volatility)> {
@@ -263,40 +334,49 @@ fn scanned_tables(plan: &LogicalPlan) -> BTreeSet<String> {
     names
 }
 
-pub fn is_string_type(t: &DataType) -> bool {
+/// The audience column's accepted types, as micromegas' registry checks
+/// them: `Utf8`, or a dictionary of `Utf8` with any key type.
+pub fn is_audience_type(t: &DataType) -> bool {
     match t {
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => true,
-        DataType::Dictionary(_, value) => is_string_type(value),
+        DataType::Utf8 => true,
+        DataType::Dictionary(_, value) => value.as_ref() == &DataType::Utf8,
         _ => false,
     }
 }
 
+/// The column that filters rows for non-admin callers: `audience` when the
+/// output has it, else `process_id`; it must be `Utf8` or `Dictionary(_, Utf8)`.
 fn check_audience(schema: &Schema) -> Result<()> {
-    let ok = schema.fields().iter().any(|f| {
-        (f.name() == "audience" || f.name() == "process_id") && is_string_type(f.data_type())
-    });
-    if ok {
+    let column = ["audience", "process_id"]
+        .into_iter()
+        .find_map(|name| schema.field_with_name(name).ok());
+    let Some(field) = column else {
+        return Err(Error::definition(
+            "extract_query output has no \"audience\" or \"process_id\" column",
+        )
+        .with_detail("Without one, the view would serve every row to every caller.")
+        .with_hint("Non-admin queries are filtered by audience; select audience or process_id."));
+    };
+    if is_audience_type(field.data_type()) {
         return Ok(());
     }
-    let found: Vec<String> = schema
-        .fields()
-        .iter()
-        .filter(|f| f.name() == "audience" || f.name() == "process_id")
-        .map(|f| format!("\"{}\" is {}", f.name(), f.data_type()))
-        .collect();
-    let detail = if found.is_empty() {
-        "Without one, the view would serve every row to every caller.".to_string()
+    let decides = if field.name() == "audience" {
+        "\"audience\" is present, so it decides who may read each row"
     } else {
-        format!(
-            "{}; a string type (Utf8, LargeUtf8, Utf8View or a dictionary of one) is needed.",
-            found.join(", ")
-        )
+        "without an \"audience\" column, \"process_id\" decides who may read each row"
     };
-    Err(Error::definition(
-        "extract_query output has no \"audience\" or \"process_id\" column of a string type",
-    )
-    .with_detail(detail)
-    .with_hint("Non-admin queries are filtered by audience; select audience or process_id."))
+    Err(Error::definition(format!(
+        "extract_query column \"{}\" must be Utf8 or Dictionary(_, Utf8), not {}",
+        field.name(),
+        field.data_type()
+    ))
+    .with_detail(format!(
+        "{decides}; micromegas accepts only Utf8 or a dictionary of Utf8 there."
+    ))
+    .with_hint(format!(
+        "Cast it, e.g. arrow_cast({}, 'Dictionary(Int32, Utf8)').",
+        field.name()
+    )))
 }
 
 fn check_time_columns(def: &Definition, schema: &Schema) -> Result<()> {
@@ -398,11 +478,15 @@ fn check_count_schema(schema: &Schema) -> Result<()> {
         ))
         .with_hint("For example: SELECT sum(nb_objects) AS count FROM blocks WHERE …"));
     }
-    if !fields[0].data_type().is_integer() {
+    if fields[0].data_type() != &DataType::Int64 {
         return Err(Error::definition(format!(
-            "count_src_query column \"count\" must be of an integer type, not {}",
+            "count_src_query column \"count\" must be Int64, not {}",
             fields[0].data_type()
-        )));
+        ))
+        .with_detail("The daemon reads the count as an Int64.")
+        .with_hint(
+            "sum(nb_objects) and count(*) are Int64; cast other types, e.g. CAST(x AS BIGINT).",
+        ));
     }
     Ok(())
 }

@@ -18,8 +18,14 @@ pub enum ErrorKind {
     InvalidDefinition,
     /// A built-in schema could not be decoded (22P02 invalid_text_representation).
     InvalidSchema,
-    /// The input is too large or too deep to process (54000 program_limit_exceeded).
+    /// The input is too large to process (54000 program_limit_exceeded).
     ProgramLimit,
+    /// The input is nested too deeply, plans to too many nodes or takes too
+    /// long to validate (54001 statement_too_complex).
+    TooComplex,
+    /// The caller stopped waiting for the work (57014 query_canceled); the
+    /// caller has already raised its own error.
+    Cancelled,
     /// A bug: a panic or an impossible state (XX000 internal_error).
     Internal,
 }
@@ -63,6 +69,14 @@ impl Error {
 
     pub fn definition(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::InvalidDefinition, message)
+    }
+
+    pub fn too_complex(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::TooComplex, message)
+    }
+
+    pub fn too_large(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::ProgramLimit, message)
     }
 
     pub fn internal(message: impl Into<String>) -> Self {

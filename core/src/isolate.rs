@@ -2,39 +2,202 @@
 //! error, so hostile input can neither overflow the caller's stack nor unwind
 //! into it. The closure must not touch anything thread-bound (Postgres).
 //!
-//! The helper is started on first use and kept for the life of the process
-//! (one per backend): its stack pages stay mapped between calls, and no call
-//! pays for a thread start.
+//! Every job carries a [`Budget`]: a deadline and a cancel flag. The work
+//! calls [`checkpoint`] between phases and inside the loops that can grow
+//! with the input; past the deadline, or once the caller has given up on the
+//! job (it was interrupted and dropped its [`Pending`]), the checkpoint
+//! returns an error and the job ends. The caller never blocks on the helper
+//! without a way out: [`Pending::wait`] returns after a tick so that the
+//! caller can service its own interrupts in between.
+//!
+//! One helper is kept per process (per backend), so its stack pages stay
+//! mapped and no call pays for a thread start. When a job is submitted while
+//! the helper is still finishing an abandoned one, a fresh helper takes the
+//! new job and the old one exits once its job ends (at most
+//! [`MAX_HELPERS`] at once; past that the job waits its turn).
 
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
+use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// Stack of the helper thread. Only touched pages are committed.
 pub const STACK_BYTES: usize = 256 * 1024 * 1024;
+/// Helpers alive at once, counting those finishing an abandoned job.
+pub const MAX_HELPERS: usize = 4;
 
 type Job = Box<dyn FnOnce() + Send>;
 
-fn worker() -> Result<Sender<Job>> {
-    static WORKER: OnceLock<Mutex<Option<Sender<Job>>>> = OnceLock::new();
-    let slot = WORKER.get_or_init(|| Mutex::new(None));
-    let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some(sender) = guard.as_ref() {
-        return Ok(sender.clone());
+/// Limits on one job: a deadline and a flag the caller sets when it gives up.
+#[derive(Debug, Clone)]
+pub struct Budget {
+    deadline: Option<Instant>,
+    timeout: Option<Duration>,
+    cancelled: Arc<AtomicBool>,
+    max_plan_nodes: usize,
+}
+
+impl Budget {
+    /// No deadline (tests, fuzzing); still cancellable.
+    pub fn unlimited() -> Self {
+        Budget {
+            deadline: None,
+            timeout: None,
+            cancelled: Arc::new(AtomicBool::new(false)),
+            max_plan_nodes: crate::planner::DEFAULT_MAX_PLAN_NODES,
+        }
     }
-    let (sender, receiver) = channel::<Job>();
-    std::thread::Builder::new()
-        .name("micromegas-views-planner".into())
-        .stack_size(STACK_BYTES)
-        .spawn(move || {
-            for job in receiver {
-                job();
+
+    /// A deadline `timeout` from now.
+    pub fn with_timeout(timeout: Duration) -> Self {
+        Budget {
+            deadline: Some(Instant::now() + timeout),
+            timeout: Some(timeout),
+            ..Budget::unlimited()
+        }
+    }
+
+    /// The plan-node limit of the job (clamped to
+    /// [`crate::planner::MAX_MAX_PLAN_NODES`]).
+    pub fn with_max_plan_nodes(mut self, limit: usize) -> Self {
+        self.max_plan_nodes = limit.clamp(1, crate::planner::MAX_MAX_PLAN_NODES);
+        self
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.cancelled.load(Ordering::Relaxed) {
+            return Err(Error::new(
+                ErrorKind::Cancelled,
+                "validation cancelled: the caller stopped waiting",
+            ));
+        }
+        if let (Some(deadline), Some(timeout)) = (self.deadline, self.timeout) {
+            if Instant::now() >= deadline {
+                let phase = PHASE.with(|p| p.borrow().clone());
+                return Err(Error::new(
+                    ErrorKind::TooComplex,
+                    format!(
+                        "{phase} exceeded the validation time limit of {} ms",
+                        timeout.as_millis()
+                    ),
+                )
+                .with_detail(format!(
+                    "Validation stops after micromegas_views.validation_timeout ({} ms).",
+                    timeout.as_millis()
+                ))
+                .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s)."));
             }
-        })
-        .map_err(|e| Error::internal(format!("cannot start the planning thread: {e}")))?;
-    *guard = Some(sender.clone());
-    Ok(sender)
+        }
+        Ok(())
+    }
+}
+
+thread_local! {
+    static BUDGET: RefCell<Option<Budget>> = const { RefCell::new(None) };
+    static PHASE: RefCell<String> = RefCell::new(String::from("validation"));
+}
+
+/// Ends the current job with an error once its deadline has passed or its
+/// caller has given up. Free outside a job.
+pub fn checkpoint() -> Result<()> {
+    BUDGET.with(|b| match b.borrow().as_ref() {
+        Some(budget) => budget.check(),
+        None => Ok(()),
+    })
+}
+
+/// The current job's plan-node limit.
+pub fn max_plan_nodes() -> usize {
+    BUDGET.with(|b| {
+        b.borrow()
+            .as_ref()
+            .map_or(crate::planner::DEFAULT_MAX_PLAN_NODES, |b| b.max_plan_nodes)
+    })
+}
+
+/// Names what the current job is doing, for the time-limit message
+/// (e.g. `extract_query`).
+pub fn set_phase(phase: &str) {
+    PHASE.with(|p| {
+        let mut p = p.borrow_mut();
+        p.clear();
+        p.push_str(phase);
+    });
+}
+
+/// How a helper thread is started. The host (the pgrx shell) may wrap the
+/// spawn, e.g. to block its signals so that the new thread inherits a mask
+/// that leaves every signal to the host's own thread.
+pub type SpawnGuard = fn(&mut dyn FnMut());
+
+static SPAWN_GUARD: OnceLock<SpawnGuard> = OnceLock::new();
+
+/// Installs the spawn wrapper; the first call wins.
+pub fn set_spawn_guard(guard: SpawnGuard) {
+    let _ = SPAWN_GUARD.set(guard);
+}
+
+struct Helper {
+    sender: Sender<Job>,
+    busy: Arc<AtomicBool>,
+}
+
+static ALIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn spawn_helper() -> Result<Helper> {
+    let (sender, receiver) = channel::<Job>();
+    let busy = Arc::new(AtomicBool::new(false));
+    let mut receiver = Some(receiver);
+    let thread_busy = Arc::clone(&busy);
+    let mut spawned = Err(Error::internal("the planning thread was not started"));
+    let mut start = || {
+        let Some(receiver) = receiver.take() else {
+            return;
+        };
+        let busy = Arc::clone(&thread_busy);
+        ALIVE.fetch_add(1, Ordering::SeqCst);
+        spawned = std::thread::Builder::new()
+            .name("micromegas-views-planner".into())
+            .stack_size(STACK_BYTES)
+            .spawn(move || {
+                for job in receiver {
+                    job();
+                    busy.store(false, Ordering::SeqCst);
+                }
+                ALIVE.fetch_sub(1, Ordering::SeqCst);
+            })
+            .map(|_| ())
+            .map_err(|e| {
+                ALIVE.fetch_sub(1, Ordering::SeqCst);
+                Error::internal(format!("cannot start the planning thread: {e}"))
+            });
+    };
+    match SPAWN_GUARD.get() {
+        Some(guard) => guard(&mut start),
+        None => start(),
+    }
+    spawned?;
+    Ok(Helper { sender, busy })
+}
+
+fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicBool>)> {
+    static HELPER: OnceLock<Mutex<Option<Helper>>> = OnceLock::new();
+    let slot = HELPER.get_or_init(|| Mutex::new(None));
+    let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let replace = match guard.as_ref() {
+        None => true,
+        Some(h) => h.busy.load(Ordering::SeqCst) && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS,
+    };
+    if replace {
+        // Dropping the old sender lets a busy helper exit after its job.
+        *guard = Some(spawn_helper()?);
+    }
+    let helper = guard.as_ref().expect("a helper");
+    helper.busy.store(true, Ordering::SeqCst);
+    Ok((helper.sender.clone(), Arc::clone(&helper.busy)))
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
@@ -45,14 +208,50 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_string())
 }
 
-/// Runs `f` on the helper thread and waits for its result.
-pub fn run<T, F>(f: F) -> Result<T>
+/// A job handed to a helper. Dropping it before its answer arrived cancels
+/// the job: its next [`checkpoint`] ends it.
+pub struct Pending<T> {
+    answer: Receiver<Result<T>>,
+    cancelled: Arc<AtomicBool>,
+    done: bool,
+}
+
+impl<T> Pending<T> {
+    /// Waits up to `tick` for the answer.
+    pub fn wait(&mut self, tick: Duration) -> Option<Result<T>> {
+        match self.answer.recv_timeout(tick) {
+            Ok(result) => {
+                self.done = true;
+                Some(result)
+            }
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                self.done = true;
+                Some(Err(Error::internal("the planning thread is gone")))
+            }
+        }
+    }
+}
+
+impl<T> Drop for Pending<T> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.cancelled.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Hands `f` to a helper thread under `budget` and returns at once.
+pub fn submit<T, F>(budget: Budget, f: F) -> Result<Pending<T>>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
     let (reply, answer) = channel::<Result<T>>();
+    let cancelled = Arc::clone(&budget.cancelled);
     let job: Job = Box::new(move || {
+        BUDGET.with(|b| *b.borrow_mut() = Some(budget));
+        set_phase("validation");
         let result = match catch_unwind(AssertUnwindSafe(f)) {
             Ok(result) => result,
             Err(panic) => Err(
@@ -60,12 +259,40 @@ where
                     .with_detail(panic_message(panic.as_ref())),
             ),
         };
+        BUDGET.with(|b| *b.borrow_mut() = None);
         let _ = reply.send(result);
     });
-    worker()?
-        .send(job)
-        .map_err(|_| Error::internal("the planning thread is gone"))?;
-    answer
-        .recv()
-        .map_err(|_| Error::internal("the planning thread is gone"))?
+    let (sender, busy) = helper_for_new_job()?;
+    if sender.send(job).is_err() {
+        busy.store(false, Ordering::SeqCst);
+        return Err(Error::internal("the planning thread is gone"));
+    }
+    Ok(Pending {
+        answer,
+        cancelled,
+        done: false,
+    })
+}
+
+/// Runs `f` on a helper thread and waits for its result, without a deadline.
+pub fn run<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    run_with(Budget::unlimited(), f)
+}
+
+/// Runs `f` on a helper thread under `budget` and waits for its result.
+pub fn run_with<T, F>(budget: Budget, f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    let mut pending = submit(budget, f)?;
+    loop {
+        if let Some(result) = pending.wait(Duration::from_secs(3600)) {
+            return result;
+        }
+    }
 }

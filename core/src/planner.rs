@@ -3,17 +3,19 @@
 //! never executes anything.
 
 use crate::catalog::{Catalog, SourceKind};
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::functions::{registry, FunctionRegistry};
+use crate::isolate;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::config::ConfigOptions;
+use datafusion_common::tree_node::TreeNodeRecursion;
 use datafusion_common::{plan_err, DataFusionError, Result as DfResult, TableReference};
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
 use datafusion_expr::{
     AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
 };
-use datafusion_optimizer::Analyzer;
+use datafusion_optimizer::{Analyzer, AnalyzerRule};
 use datafusion_sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion_sql::planner::SqlToRel;
 use sqlparser::ast::{Statement as SqlStatement, Visit, Visitor};
@@ -32,6 +34,12 @@ pub const PARSER_RECURSION_LIMIT: usize = 256;
 /// long operator chain (`1 + 1 + …`) parses without recursion into a deep
 /// tree; everything downstream walks it recursively, so depth is capped here.
 pub const MAX_NESTING: usize = 500;
+/// Logical plan nodes a query may plan to, counted as a tree (a CTE is
+/// counted once per reference), before the analyzer runs. The default of the
+/// superuser-only `micromegas_views.max_plan_nodes`.
+pub const DEFAULT_MAX_PLAN_NODES: usize = 10_000;
+/// The highest value `micromegas_views.max_plan_nodes` accepts.
+pub const MAX_MAX_PLAN_NODES: usize = 250_000;
 
 /// Substitutes the placeholders the services substitute at run time.
 pub fn substitute(query: &str) -> String {
@@ -116,15 +124,124 @@ impl NestingGuard {
 fn check_nesting(option: &str, query: &sqlparser::ast::Query) -> Result<()> {
     let mut guard = NestingGuard { depth: 0 };
     if query.visit(&mut guard).is_break() {
-        return Err(Error::new(
-            ErrorKind::ProgramLimit,
-            format!("{option} is nested too deeply"),
-        )
-        .with_detail(format!(
-            "Expressions and subqueries may nest at most {MAX_NESTING} levels."
-        )));
+        return Err(Error::too_complex(format!("{option} is nested too deeply"))
+            .with_detail(format!(
+                "Expressions and subqueries nest more than {MAX_NESTING} levels; the limit is {MAX_NESTING}."
+            )));
     }
     Ok(())
+}
+
+/// A lower estimate of the plan nodes a query expands to, computed on the
+/// parsed text in one pass: every query, SELECT, set operation and table
+/// reference counts one, and a reference to a common table expression
+/// counts the whole weight of its body — as the planner copies it. Linear in
+/// the text, it finds an exponential CTE chain before planning (DataFusion's
+/// planner itself walks shared CTE plans as trees, with no callback to stop
+/// it). Saturates instead of overflowing.
+pub fn estimate_plan_nodes(query: &sqlparser::ast::Query) -> u64 {
+    let mut estimate = Estimate {
+        frames: Vec::new(),
+        total: 0,
+    };
+    let _ = query.visit(&mut estimate);
+    estimate.total
+}
+
+struct Frame {
+    weight: u64,
+    /// Common table expressions this query defines: body identity, name.
+    bodies: Vec<(*const sqlparser::ast::Query, String)>,
+    /// Their weights, once visited.
+    ctes: std::collections::HashMap<String, u64>,
+}
+
+struct Estimate {
+    frames: Vec<Frame>,
+    total: u64,
+}
+
+fn relation_key(name: &sqlparser::ast::ObjectName) -> Option<String> {
+    let ident = name.0.last()?.as_ident()?;
+    Some(if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_lowercase()
+    })
+}
+
+impl Visitor for Estimate {
+    type Break = ();
+
+    fn pre_visit_query(&mut self, query: &sqlparser::ast::Query) -> ControlFlow<()> {
+        use sqlparser::ast::SetExpr;
+        let mut weight = 1u64;
+        let mut pending = vec![query.body.as_ref()];
+        while let Some(body) = pending.pop() {
+            match body {
+                SetExpr::SetOperation { left, right, .. } => {
+                    weight = weight.saturating_add(1);
+                    pending.push(left);
+                    pending.push(right);
+                }
+                SetExpr::Query(_) => {}
+                _ => weight = weight.saturating_add(1),
+            }
+        }
+        let bodies = query
+            .with
+            .iter()
+            .flat_map(|with| with.cte_tables.iter())
+            .map(|cte| {
+                let name = if cte.alias.name.quote_style.is_some() {
+                    cte.alias.name.value.clone()
+                } else {
+                    cte.alias.name.value.to_lowercase()
+                };
+                (cte.query.as_ref() as *const _, name)
+            })
+            .collect();
+        self.frames.push(Frame {
+            weight,
+            bodies,
+            ctes: Default::default(),
+        });
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_query(&mut self, query: &sqlparser::ast::Query) -> ControlFlow<()> {
+        let frame = self.frames.pop().expect("a frame per query");
+        match self.frames.last_mut() {
+            Some(parent) => {
+                let me = query as *const _;
+                match parent.bodies.iter().find(|(body, _)| *body == me) {
+                    // A CTE body weighs nothing until it is referenced.
+                    Some((_, name)) => {
+                        parent.ctes.insert(name.clone(), frame.weight);
+                    }
+                    None => parent.weight = parent.weight.saturating_add(frame.weight),
+                }
+            }
+            None => self.total = frame.weight,
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_relation(&mut self, relation: &sqlparser::ast::ObjectName) -> ControlFlow<()> {
+        let key = relation_key(relation);
+        let weight = key
+            .and_then(|key| {
+                self.frames
+                    .iter()
+                    .rev()
+                    .find_map(|frame| frame.ctes.get(&key).copied())
+            })
+            .unwrap_or(1);
+        if let Some(top) = self.frames.last_mut() {
+            top.weight = top.weight.saturating_add(weight);
+        }
+        ControlFlow::Continue(())
+    }
 }
 
 fn statement_kind(statement: &SqlStatement) -> String {
@@ -145,12 +262,8 @@ fn statement_kind(statement: &SqlStatement) -> String {
 
 fn does_not_parse(option: &str, e: &DataFusionError) -> Error {
     if df_message(e).contains("recursion limit exceeded") {
-        return Error::new(
-            ErrorKind::ProgramLimit,
-            format!("{option} is nested too deeply"),
-        )
-        .with_detail(format!(
-            "The parser accepts at most {PARSER_RECURSION_LIMIT} levels of nesting."
+        return Error::too_complex(format!("{option} is nested too deeply")).with_detail(format!(
+            "The parser reached its nesting limit of {PARSER_RECURSION_LIMIT} levels."
         ));
     }
     Error::definition(format!(
@@ -179,6 +292,7 @@ pub fn first_line(text: &str) -> &str {
 }
 
 struct Provider<'a> {
+    option: &'a str,
     catalog: &'a Catalog,
     source: Option<SchemaRef>,
     registry: &'static FunctionRegistry,
@@ -187,6 +301,8 @@ struct Provider<'a> {
     missing: RefCell<Vec<String>>,
     /// Instance-only view sets asked for.
     instance_only: RefCell<Vec<String>>,
+    /// The budget error that stopped planning, if any.
+    interrupted: RefCell<Option<Error>>,
 }
 
 fn config() -> &'static ConfigOptions {
@@ -196,6 +312,7 @@ fn config() -> &'static ConfigOptions {
 
 impl ContextProvider for Provider<'_> {
     fn get_table_source(&self, name: TableReference) -> DfResult<Arc<dyn TableSource>> {
+        self.checkpoint()?;
         let TableReference::Bare { table } = &name else {
             self.missing.borrow_mut().push(name.to_string());
             return plan_err!(
@@ -223,8 +340,18 @@ impl ContextProvider for Provider<'_> {
     fn get_table_function_source(
         &self,
         name: &str,
-        _args: Vec<Expr>,
+        args: Vec<Expr>,
     ) -> DfResult<Arc<dyn TableSource>> {
+        self.checkpoint()?;
+        // The arguments do not stay in the plan: check them here, like
+        // every other expression of the query.
+        if let Some(problem) = args
+            .iter()
+            .find_map(|arg| crate::checks::volatility_problem(self.option, arg))
+        {
+            *self.interrupted.borrow_mut() = Some(problem);
+            return plan_err!("table function argument refused");
+        }
         match self.registry.table_functions.get(name) {
             Some(fields) => Ok(Arc::new(LogicalTableSource::new(Arc::new(Schema::new(
                 fields.clone(),
@@ -238,6 +365,9 @@ impl ContextProvider for Provider<'_> {
     }
 
     fn get_function_meta(&self, name: &str) -> Option<Arc<ScalarUDF>> {
+        // No error channel here: a passed deadline is remembered and
+        // reported by the next call that has one, or after planning.
+        let _ = self.checkpoint();
         self.registry.scalars.get(name).cloned()
     }
 
@@ -246,6 +376,7 @@ impl ContextProvider for Provider<'_> {
     }
 
     fn get_aggregate_meta(&self, name: &str) -> Option<Arc<AggregateUDF>> {
+        let _ = self.checkpoint();
         self.registry.aggregates.get(name).cloned()
     }
 
@@ -278,6 +409,72 @@ impl ContextProvider for Provider<'_> {
     }
 }
 
+impl Provider<'_> {
+    /// The job's budget, checked from inside DataFusion's planning; the
+    /// error is kept so that it, not DataFusion's wrapping of it, is reported.
+    fn checkpoint(&self) -> DfResult<()> {
+        if self.interrupted.borrow().is_some() {
+            return plan_err!("validation interrupted");
+        }
+        if let Err(e) = isolate::checkpoint() {
+            *self.interrupted.borrow_mut() = Some(e);
+            return plan_err!("validation interrupted");
+        }
+        Ok(())
+    }
+}
+
+/// An analyzer rule that checks the job's budget before it runs.
+#[derive(Debug)]
+struct Checked(Arc<dyn AnalyzerRule + Send + Sync>);
+
+impl AnalyzerRule for Checked {
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> DfResult<LogicalPlan> {
+        isolate::checkpoint().map_err(|e| DataFusionError::External(Box::new(e)))?;
+        self.0.analyze(plan, config)
+    }
+
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+}
+
+fn analyzer() -> &'static Analyzer {
+    static ANALYZER: OnceLock<Analyzer> = OnceLock::new();
+    ANALYZER.get_or_init(|| {
+        let rules = Analyzer::new()
+            .rules
+            .into_iter()
+            .map(|rule| Arc::new(Checked(rule)) as Arc<dyn AnalyzerRule + Send + Sync>)
+            .collect();
+        Analyzer::with_rules(rules)
+    })
+}
+
+/// Counts a plan's nodes as a tree, subqueries included, and stops as soon
+/// as the count passes `limit`: the walk itself is bounded by the limit even
+/// when shared CTE plans make the tree exponentially larger than the text.
+pub fn count_plan_nodes(plan: &LogicalPlan, limit: usize) -> usize {
+    let mut count = 0usize;
+    let _ = plan.apply_with_subqueries(|_| {
+        count += 1;
+        if count > limit || (count % 1024 == 0 && isolate::checkpoint().is_err()) {
+            Ok(TreeNodeRecursion::Stop)
+        } else {
+            Ok(TreeNodeRecursion::Continue)
+        }
+    });
+    count
+}
+
+fn too_many_nodes(option: &str, limit: usize) -> Error {
+    Error::too_complex(format!("{option} plans to more than {limit} plan nodes"))
+        .with_detail(format!(
+            "Counted as a tree, with every common table expression counted once per reference, the plan has more than {limit} nodes; the limit is micromegas_views.max_plan_nodes = {limit}."
+        ))
+        .with_hint("Reference each common table expression fewer times, or split the view into views that read each other.")
+}
+
 /// Plans a parsed query (type coercion included) and returns the plan.
 /// `source` is the schema `{source}` stands for, when planning a merge query.
 pub fn plan(
@@ -287,16 +484,44 @@ pub fn plan(
     source: Option<SchemaRef>,
 ) -> Result<LogicalPlan> {
     let provider = Provider {
+        option,
         catalog,
         source,
         registry: registry(),
         options: config(),
         missing: RefCell::new(Vec::new()),
         instance_only: RefCell::new(Vec::new()),
+        interrupted: RefCell::new(None),
     };
-    let planned = SqlToRel::new(&provider)
-        .sql_statement_to_plan(SqlStatement::Query(query))
-        .and_then(|plan| Analyzer::new().execute_and_check(plan, config(), |_, _| {}));
+    isolate::set_phase(option);
+    isolate::checkpoint()?;
+    let limit = isolate::max_plan_nodes();
+    let estimate = estimate_plan_nodes(&query);
+    if estimate > limit as u64 {
+        return Err(too_many_nodes(option, limit));
+    }
+    let unanalyzed = SqlToRel::new(&provider).sql_statement_to_plan(SqlStatement::Query(query));
+    if let Some(e) = provider.interrupted.borrow_mut().take() {
+        return Err(e);
+    }
+    if let Ok(plan) = &unanalyzed {
+        isolate::checkpoint()?;
+        if count_plan_nodes(plan, limit) > limit {
+            return Err(too_many_nodes(option, limit));
+        }
+        isolate::checkpoint()?;
+    }
+    let planned =
+        unanalyzed.and_then(|plan| analyzer().execute_and_check(plan, config(), |_, _| {}));
+    // The analyzer's last rule ran without a check inside it.
+    isolate::checkpoint()?;
+    if let Err(e) = &planned {
+        if let DataFusionError::External(inner) = e.find_root() {
+            if let Some(e) = inner.downcast_ref::<Error>() {
+                return Err(e.clone());
+            }
+        }
+    }
     planned.map_err(|e| {
         let detail = df_message(&e);
         if let Some(name) = provider.instance_only.borrow().first() {

@@ -3,7 +3,8 @@
 //! input too. Each panics when the property does not hold.
 
 use crate::builtins::{builtin_catalog, LOG_STATS_SQL};
-use crate::{ddl, isolate, validate, Definition, ErrorKind, Statement};
+use crate::options::OptionValues;
+use crate::{ddl, isolate, schema, validate, Definition, ErrorKind, Statement};
 use std::sync::OnceLock;
 
 /// Any text ends in a statement or an error; an accepted CREATE renders back
@@ -41,6 +42,73 @@ pub fn validate_any(selector: u8, query: &str) {
     }
     if let Err(e) = isolate::run(move || validate(&definition, &builtin_catalog())) {
         assert_ne!(e.kind, ErrorKind::Internal, "{e}");
+    }
+}
+
+/// Any text read as a schema (JSON or base64 IPC) ends in a schema or a
+/// user-facing error; an accepted schema round-trips through both stored
+/// forms with the same hash.
+pub fn schema_any(text: &str) {
+    let text = text.to_string();
+    let result = isolate::run(move || {
+        let parsed = schema::parse_any(&text)?;
+        let ipc = schema::to_ipc_base64(&parsed)?;
+        let from_ipc = schema::from_ipc_base64(&ipc)?;
+        let from_json = schema::from_json(&schema::to_json(&parsed))?;
+        Ok((parsed, from_ipc, from_json))
+    });
+    match result {
+        Ok((parsed, from_ipc, from_json)) => {
+            assert_eq!(schema::schema_hash(&parsed), schema::schema_hash(&from_ipc));
+            assert_eq!(
+                schema::schema_hash(&parsed),
+                schema::schema_hash(&from_json)
+            );
+        }
+        Err(e) => assert_ne!(e.kind, ErrorKind::Internal, "{e}"),
+    }
+}
+
+/// Any bytes as an Arrow IPC message (base64-encoded as a caller would
+/// send them): a schema within the limits, or a user-facing error.
+pub fn schema_ipc_bytes(bytes: &[u8]) {
+    use base64::Engine;
+    schema_any(&base64::engine::general_purpose::STANDARD.encode(bytes));
+}
+
+/// Any option values (fields separated by NUL: name, the ten options in
+/// canonical order, update_group as text) end in a definition or an
+/// option error; an accepted one renders to a statement that parses back
+/// to the same definition.
+pub fn option_values(text: &str) {
+    let mut parts = text.split('\0');
+    let name = parts.next().unwrap_or_default().to_string();
+    let mut next = || parts.next().map(str::to_string);
+    let values = OptionValues {
+        extract_query: next(),
+        count_src_query: next(),
+        merge_partitions_query: next(),
+        update_group: next().and_then(|g| g.trim().parse().ok()),
+        time_column: next(),
+        min_time_column: next(),
+        max_time_column: next(),
+        source_partition_delta: next(),
+        merge_partition_delta: next(),
+        merge_sort_order: next(),
+    };
+    let result = isolate::run(move || {
+        let definition = values.into_definition(&name)?;
+        let rendered = definition.render(false);
+        Ok((definition, rendered))
+    });
+    match result {
+        Ok((definition, rendered)) => match ddl::parse(&rendered) {
+            Ok(Statement::Create(again)) => {
+                assert_eq!(Definition::from_statement(&again).as_ref(), Ok(&definition));
+            }
+            other => panic!("rendered statement does not parse back: {other:?}\n{rendered}"),
+        },
+        Err(e) => assert_ne!(e.kind, ErrorKind::Internal, "{e}"),
     }
 }
 
@@ -86,6 +154,37 @@ mod tests {
                 if let Ok(query) = std::str::from_utf8(rest) {
                     validate_any(selector, query);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn schema_corpus() {
+        let inputs = inputs("schema");
+        assert!(!inputs.is_empty());
+        for input in inputs {
+            if let Ok(text) = std::str::from_utf8(&input) {
+                schema_any(text);
+            }
+        }
+    }
+
+    #[test]
+    fn schema_ipc_corpus() {
+        let inputs = inputs("schema_ipc");
+        assert!(!inputs.is_empty());
+        for input in inputs {
+            schema_ipc_bytes(&input);
+        }
+    }
+
+    #[test]
+    fn options_corpus() {
+        let inputs = inputs("options");
+        assert!(!inputs.is_empty());
+        for input in inputs {
+            if let Ok(text) = std::str::from_utf8(&input) {
+                option_values(text);
             }
         }
     }

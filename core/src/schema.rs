@@ -31,6 +31,22 @@ use std::sync::Arc;
 
 const CANONICAL_HEADER: &str = "micromegas-schema-v1\n";
 
+/// Limits on a schema a caller hands in (JSON or base64 IPC). Arrow's own
+/// readers recurse without a limit of their own, so these are checked first.
+///
+/// The text of a schema, JSON or base64 IPC, in bytes.
+pub const MAX_SCHEMA_BYTES: usize = 1024 * 1024;
+/// Levels of nesting a type may have (`Int64` has none, `List(List(Int64))`
+/// two): the most Arrow IPC reads back, whose flatbuffers verifier stops at
+/// 64 tables deep, of which the message and schema take four. A dictionary
+/// is an encoding of its field, not a level.
+pub const MAX_TYPE_DEPTH: usize = 60;
+/// Brackets a JSON type string may nest before it is parsed: a level of a
+/// type takes one or two (`Map("entries": Struct(…), unsorted)`).
+pub const MAX_TYPE_TEXT_DEPTH: usize = 2 * MAX_TYPE_DEPTH;
+/// Fields in a schema, nested fields included.
+pub const MAX_SCHEMA_FIELDS: usize = 10_000;
+
 /// The canonical encoding hashed by [`schema_hash`].
 pub fn canonical_encoding(schema: &Schema) -> String {
     let mut out = String::from(CANONICAL_HEADER);
@@ -159,6 +175,7 @@ pub fn to_ipc_base64(schema: &Schema) -> Result<String> {
 }
 
 pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
+    check_text_size("Arrow IPC schema", text)?;
     let bad =
         |e: String| Error::new(ErrorKind::InvalidSchema, "invalid Arrow IPC schema").with_detail(e);
     let bytes = base64::engine::general_purpose::STANDARD
@@ -166,7 +183,116 @@ pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
         .map_err(|e| bad(format!("not base64: {e}")))?;
     let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
         .map_err(|e| bad(e.to_string()))?;
-    Ok(reader.schema())
+    let schema = reader.schema();
+    check_limits(&schema)?;
+    Ok(schema)
+}
+
+fn check_text_size(what: &str, text: &str) -> Result<()> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(Error::too_large(format!(
+            "{what} is too large: {} bytes, the limit is {MAX_SCHEMA_BYTES} bytes",
+            text.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a decoded schema against [`MAX_TYPE_DEPTH`] and
+/// [`MAX_SCHEMA_FIELDS`]. The walk stops one level past the depth limit,
+/// so it never recurses deeper than that.
+pub fn check_limits(schema: &Schema) -> Result<()> {
+    let mut fields = 0usize;
+    for field in schema.fields() {
+        walk_field(field.name(), field, 0, &mut fields)?;
+    }
+    Ok(())
+}
+
+/// `top` is the top-level field the walk is under, for the message.
+fn walk_field(top: &str, field: &Field, depth: usize, count: &mut usize) -> Result<()> {
+    *count += 1;
+    if *count > MAX_SCHEMA_FIELDS {
+        return Err(
+            Error::too_large(format!("schema has more than {MAX_SCHEMA_FIELDS} fields"))
+                .with_detail(format!(
+                    "Nested fields count too; the limit is {MAX_SCHEMA_FIELDS}."
+                )),
+        );
+    }
+    if depth > MAX_TYPE_DEPTH {
+        return Err(Error::too_complex(format!(
+            "type of field \"{top}\" is nested more than {MAX_TYPE_DEPTH} levels deep"
+        ))
+        .with_detail(format!(
+            "The limit is {MAX_TYPE_DEPTH} levels of nesting, the most Arrow IPC can read back."
+        )));
+    }
+    walk_type(top, field.data_type(), depth, count)
+}
+
+fn walk_type(top: &str, t: &DataType, depth: usize, count: &mut usize) -> Result<()> {
+    use DataType::*;
+    match t {
+        List(f)
+        | LargeList(f)
+        | ListView(f)
+        | LargeListView(f)
+        | FixedSizeList(f, _)
+        | Map(f, _) => walk_field(top, f, depth + 1, count),
+        Struct(fields) => fields
+            .iter()
+            .try_for_each(|f| walk_field(top, f, depth + 1, count)),
+        Union(fields, _) => fields
+            .iter()
+            .try_for_each(|(_, f)| walk_field(top, f, depth + 1, count)),
+        RunEndEncoded(r, v) => {
+            walk_field(top, r, depth + 1, count)?;
+            walk_field(top, v, depth + 1, count)
+        }
+        // Dictionary nesting is bounded by the bracket scan (JSON) or the
+        // IPC verifier; it adds no level of its own.
+        Dictionary(_, v) => walk_type(top, v, depth, count),
+        _ => Ok(()),
+    }
+}
+
+/// The deepest bracket nesting of a type string outside quoted text, or an
+/// error past [`MAX_TYPE_TEXT_DEPTH`]: a cheap scan that keeps arrow's
+/// recursive type parser away from hostile input.
+fn check_type_text(name: &str, text: &str) -> Result<()> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in text.chars() {
+        if let Some(q) = quote {
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '\'' => quote = Some(c),
+            '(' | '[' | '{' | '<' => {
+                depth += 1;
+                if depth > MAX_TYPE_TEXT_DEPTH {
+                    return Err(Error::too_complex(format!(
+                        "type of field \"{name}\" is nested too deeply"
+                    ))
+                    .with_detail(format!(
+                        "Its text nests more than {MAX_TYPE_TEXT_DEPTH} brackets; a type may nest at most {MAX_TYPE_DEPTH} levels."
+                    )));
+                }
+            }
+            ')' | ']' | '}' | '>' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The JSON form: `{"fields": [{"name": …, "type": "<arrow type>", "nullable": …}]}`
@@ -200,6 +326,12 @@ pub fn from_json(value: &serde_json::Value) -> Result<SchemaRef> {
         },
         _ => return Err(bad("expected an object with a \"fields\" array".into())),
     };
+    if fields.len() > MAX_SCHEMA_FIELDS {
+        return Err(Error::too_large(format!(
+            "schema has {} fields, the limit is {MAX_SCHEMA_FIELDS}",
+            fields.len()
+        )));
+    }
     let mut out = Vec::with_capacity(fields.len());
     for (i, f) in fields.iter().enumerate() {
         let name = f
@@ -210,6 +342,7 @@ pub fn from_json(value: &serde_json::Value) -> Result<SchemaRef> {
             .get("type")
             .and_then(|n| n.as_str())
             .ok_or_else(|| bad(format!("field \"{name}\" has no \"type\" string")))?;
+        check_type_text(name, type_text)?;
         let data_type = DataType::from_str(type_text).map_err(|e| {
             bad(format!(
                 "field \"{name}\": cannot parse type \"{type_text}\": {e}"
@@ -229,14 +362,22 @@ pub fn from_json(value: &serde_json::Value) -> Result<SchemaRef> {
         }
         out.push(Field::new(name, data_type, nullable));
     }
-    Ok(Arc::new(Schema::new(out)))
+    let schema = Schema::new(out);
+    check_limits(&schema)?;
+    Ok(Arc::new(schema))
 }
 
 /// Reads either form: JSON when the text starts with `{` or `[`, else base64 IPC.
 pub fn parse_any(text: &str) -> Result<SchemaRef> {
     let trimmed = text.trim_start();
     if trimmed.starts_with('{') || trimmed.starts_with('[') {
+        check_text_size("JSON schema", trimmed)?;
         let value: serde_json::Value = serde_json::from_str(trimmed).map_err(|e| {
+            if e.to_string().starts_with("recursion limit exceeded") {
+                // serde_json stops at 128 levels of JSON nesting.
+                return Error::too_complex("JSON schema is nested too deeply")
+                    .with_detail("JSON may nest at most 128 levels.");
+            }
             Error::new(ErrorKind::InvalidSchema, "invalid JSON schema").with_detail(e.to_string())
         })?;
         from_json(&value)
@@ -382,5 +523,90 @@ mod tests {
             e.detail.as_deref(),
             Some("field \"t\" appears more than once")
         );
+    }
+
+    /// A field whose type nests `depth` levels: lists around an Int64.
+    fn nested(depth: usize) -> Schema {
+        let mut t = DataType::Int64;
+        for _ in 0..depth {
+            t = DataType::List(Arc::new(Field::new("item", t, true)));
+        }
+        Schema::new(vec![Field::new("a", t, true)])
+    }
+
+    #[test]
+    fn the_deepest_type_allowed_round_trips_through_json_and_ipc() {
+        let deepest = nested(MAX_TYPE_DEPTH);
+        let json = to_json(&deepest);
+        assert_eq!(from_json(&json).unwrap().as_ref(), &deepest);
+        let ipc = to_ipc_base64(&deepest).unwrap();
+        assert_eq!(from_ipc_base64(&ipc).unwrap().as_ref(), &deepest);
+    }
+
+    #[test]
+    fn a_type_one_level_too_deep_is_refused_in_either_form() {
+        let too_deep = nested(MAX_TYPE_DEPTH + 1);
+        let e = from_json(&to_json(&too_deep)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooComplex);
+        assert_eq!(
+            e.message,
+            "type of field \"a\" is nested more than 60 levels deep"
+        );
+        match from_ipc_base64(&to_ipc_base64(&too_deep).unwrap()) {
+            Err(e) => assert!(
+                matches!(e.kind, ErrorKind::TooComplex | ErrorKind::InvalidSchema),
+                "{e}"
+            ),
+            Ok(s) => panic!(
+                "accepted a schema {} levels deep: {s:?}",
+                MAX_TYPE_DEPTH + 1
+            ),
+        }
+    }
+
+    #[test]
+    fn a_hostile_type_string_never_reaches_the_recursive_parser() {
+        // Hundreds of thousands of levels: arrow's parser would overflow any
+        // stack; the bracket scan refuses it first, on this test's own stack.
+        let depth = 300_000;
+        let text = format!("{}Int64{}", "List(".repeat(depth), ")".repeat(depth));
+        let json = serde_json::json!([{"name": "deep", "type": text}]);
+        let e = from_json(&json).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooComplex);
+        assert_eq!(e.message, "type of field \"deep\" is nested too deeply");
+        assert!(e.detail.unwrap().contains("120 brackets"));
+        // Brackets inside a quoted timezone or field name do not count.
+        let quoted = format!(r#"Timestamp(Nanosecond, Some("{}"))"#, "(".repeat(500));
+        assert!(from_json(&serde_json::json!([{"name": "t", "type": quoted}])).is_ok());
+    }
+
+    #[test]
+    fn size_and_field_limits() {
+        let many: Vec<serde_json::Value> = (0..=MAX_SCHEMA_FIELDS)
+            .map(|i| serde_json::json!({"name": format!("f{i}"), "type": "Int64"}))
+            .collect();
+        let e = from_json(&serde_json::Value::Array(many)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimit);
+        assert_eq!(e.message, "schema has 10001 fields, the limit is 10000");
+        // Nested fields count too.
+        let wide = DataType::Struct(
+            (0..MAX_SCHEMA_FIELDS)
+                .map(|i| Field::new(format!("f{i}"), DataType::Int64, true))
+                .collect(),
+        );
+        let e = check_limits(&Schema::new(vec![Field::new("s", wide, true)])).unwrap_err();
+        assert_eq!(e.message, "schema has more than 10000 fields");
+        let huge = "A".repeat(MAX_SCHEMA_BYTES + 1);
+        let e = from_ipc_base64(&huge).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimit);
+        assert_eq!(
+            e.message,
+            "Arrow IPC schema is too large: 1048577 bytes, the limit is 1048576 bytes"
+        );
+        let e = parse_any(&format!("[{}]", " ".repeat(MAX_SCHEMA_BYTES))).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimit);
+        // JSON nested past serde_json's own limit is a complexity error too.
+        let e = parse_any(&format!("{}{}", "[".repeat(1000), "]".repeat(1000))).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
     }
 }

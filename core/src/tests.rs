@@ -92,6 +92,7 @@ fn catalog_with_log_stats() -> Catalog {
         schema: v.schema,
         update_group: Some(3000),
         kind: SourceKind::Materialized,
+        load_error: None,
     });
     catalog
 }
@@ -165,7 +166,7 @@ fn audience_or_process_id_of_string_type() {
             ("time_column", "time"),
             ("merge_sort_order", "time"),
         ]),
-        "extract_query output has no \"audience\" or \"process_id\" column of a string type"
+        "extract_query output has no \"audience\" or \"process_id\" column"
     );
     let e = check(&[
         (
@@ -180,7 +181,72 @@ fn audience_or_process_id_of_string_type() {
         ("merge_sort_order", "time"),
     ])
     .unwrap_err();
-    assert_eq!(e.detail.as_deref(), Some("\"audience\" is Int32; a string type (Utf8, LargeUtf8, Utf8View or a dictionary of one) is needed."));
+    assert_eq!(
+        e.message,
+        "extract_query column \"audience\" must be Utf8 or Dictionary(_, Utf8), not Int32"
+    );
+    // When audience is present it decides, even if process_id is a string.
+    let e = check(&[
+        (
+            "extract_query",
+            "SELECT time, process_id, 1 AS audience FROM log_entries",
+        ),
+        (
+            "merge_partitions_query",
+            "SELECT time, process_id, audience FROM {source}",
+        ),
+        ("time_column", "time"),
+        ("merge_sort_order", "time"),
+    ])
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        "extract_query column \"audience\" must be Utf8 or Dictionary(_, Utf8), not Int64"
+    );
+    assert!(e
+        .detail
+        .unwrap()
+        .starts_with("\"audience\" is present, so it decides"));
+    // LargeUtf8 is refused; Utf8 and dictionaries of Utf8 with any key are accepted.
+    for (cast, ok) in [
+        ("LargeUtf8", false),
+        ("Utf8View", false),
+        ("Dictionary(Int32, LargeUtf8)", false),
+        ("Utf8", true),
+        ("Dictionary(Int16, Utf8)", true),
+        ("Dictionary(UInt64, Utf8)", true),
+    ] {
+        let extract =
+            format!("SELECT time, arrow_cast(process_id, '{cast}') AS audience FROM log_entries");
+        let result = check(&[
+            ("extract_query", &extract),
+            (
+                "merge_partitions_query",
+                "SELECT time, audience FROM {source}",
+            ),
+            ("time_column", "time"),
+            ("merge_sort_order", "time"),
+        ]);
+        assert_eq!(result.is_ok(), ok, "{cast}: {result:?}");
+    }
+    // process_id decides only without audience, by the same rule.
+    let e = check(&[
+        (
+            "extract_query",
+            "SELECT time, arrow_cast(process_id, 'LargeUtf8') AS process_id FROM log_entries",
+        ),
+        (
+            "merge_partitions_query",
+            "SELECT time, process_id FROM {source}",
+        ),
+        ("time_column", "time"),
+        ("merge_sort_order", "time"),
+    ])
+    .unwrap_err();
+    assert_eq!(
+        e.message,
+        "extract_query column \"process_id\" must be Utf8 or Dictionary(_, Utf8), not LargeUtf8"
+    );
 }
 
 #[test]
@@ -229,7 +295,11 @@ fn count_query_yields_one_integer_count() {
     );
     assert_eq!(
         rejected(&[("count_src_query", "SELECT avg(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
-        "count_src_query column \"count\" must be of an integer type, not Float64"
+        "count_src_query column \"count\" must be Int64, not Float64"
+    );
+    assert_eq!(
+        rejected(&[("count_src_query", "SELECT CAST(count(*) AS INT) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
+        "count_src_query column \"count\" must be Int64, not Int32"
     );
 }
 
@@ -240,22 +310,58 @@ fn placeholders_are_required() {
             "count_src_query",
             "SELECT count(*) AS count FROM blocks WHERE insert_time < '{end}'"
         )]),
-        "count_src_query must reference {begin}"
+        "count_src_query must use {begin}"
     );
     assert_eq!(
         rejected(&[(
             "count_src_query",
             "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}'"
         )]),
-        "count_src_query must reference {end}"
+        "count_src_query must use {end}"
     );
     assert_eq!(
         rejected(&[(
             "merge_partitions_query",
-            "SELECT time_bin, target, count, audience FROM log_entries"
+            "SELECT time, target FROM log_entries"
         )]),
-        "merge_partitions_query must reference {source}"
+        "merge_partitions_query must read {source}"
     );
+    // Placeholders count only where the planned query uses them: not in a
+    // comment, not inside an unrelated string.
+    assert_eq!(
+        rejected(&[(
+            "merge_partitions_query",
+            "SELECT time, target FROM log_entries -- {source}"
+        )]),
+        "merge_partitions_query must read {source}"
+    );
+    assert_eq!(
+        rejected(&[(
+            "merge_partitions_query",
+            "SELECT time, target FROM log_entries WHERE target <> '{source}'"
+        )]),
+        "merge_partitions_query must read {source}"
+    );
+    assert_eq!(
+        rejected(&[(
+            "count_src_query",
+            "SELECT count(*) AS count FROM blocks /* {begin} {end} */"
+        )]),
+        "count_src_query must use {begin}"
+    );
+    assert_eq!(
+        rejected(&[(
+            "count_src_query",
+            "SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}' AND stream_id <> 'x{end}'"
+        )]),
+        "count_src_query must use {end}"
+    );
+    // A typed literal or a function argument is a use.
+    assert!(check(&[(
+        "count_src_query",
+        "SELECT count(*) AS count FROM blocks WHERE insert_time BETWEEN TIMESTAMP '{begin}' AND to_timestamp('{end}')"
+    )])
+    .is_ok());
 }
 
 #[test]
@@ -381,7 +487,7 @@ fn count_reads_only_raw_tables() {
     // An extract reading blocks directly may count blocks (seed example above).
     assert_eq!(
         rejected(&[("count_src_query", "SELECT count(*) AS count FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}'")]),
-        "count_src_query reads \"log_entries\", which is not a raw insert_time-bearing table"
+        "count_src_query reads \"log_entries\", which is not raw block metadata"
     );
     let e = validate(
         &definition(&statement("v", &[("count_src_query", "SELECT sum(count) AS count FROM log_stats WHERE time_bin >= '{begin}' AND time_bin < '{end}'")])),
@@ -390,14 +496,14 @@ fn count_reads_only_raw_tables() {
     .unwrap_err();
     assert_eq!(
         e.message,
-        "count_src_query reads \"log_stats\", which is not a raw insert_time-bearing table"
+        "count_src_query reads \"log_stats\", which is not raw block metadata"
     );
     assert_eq!(
         rejected(&[(
             "count_src_query",
             "SELECT 1 AS count WHERE '{begin}' < '{end}'"
         )]),
-        "count_src_query reads no raw table"
+        "count_src_query reads no raw block metadata"
     );
 }
 
@@ -433,18 +539,18 @@ fn relations_are_collected_for_the_catalog_snapshot() {
 fn deep_nesting_is_an_error_not_a_crash() {
     let deep = format!("SELECT {}1{} AS x", "(".repeat(10_000), ")".repeat(10_000));
     let e = crate::isolate::run(move || check(&[("extract_query", &deep)])).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::ProgramLimit);
+    assert_eq!(e.kind, ErrorKind::TooComplex);
     assert_eq!(e.message, "extract_query is nested too deeply");
     let long_chain = format!("SELECT 1{} AS x", " + 1".repeat(100_000));
     let e = crate::isolate::run(move || check(&[("extract_query", &long_chain)])).unwrap_err();
-    assert_eq!(e.kind, ErrorKind::ProgramLimit, "{e}");
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
     assert_eq!(e.message, "extract_query is nested too deeply");
     // Just under the limit still plans.
     let chain = format!("SELECT 1{} AS x", " + 1".repeat(400));
     let e = crate::isolate::run(move || check(&[("extract_query", &chain)])).unwrap_err();
     assert_eq!(
         e.message,
-        "extract_query output has no \"audience\" or \"process_id\" column of a string type"
+        "extract_query output has no \"audience\" or \"process_id\" column"
     );
 }
 
@@ -453,4 +559,142 @@ fn panics_become_errors() {
     let e = crate::isolate::run::<(), _>(|| panic!("boom")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
     assert_eq!(e.detail.as_deref(), Some("boom"));
+}
+
+/// A chain of common table expressions each reading the previous one twice:
+/// a few hundred bytes of text that plan to about 7 × 2^depth nodes.
+fn cte_chain(depth: usize) -> String {
+    let mut q = String::from(
+        "WITH c0 AS (SELECT date_bin('1 minute', time) AS time_bin, process_id FROM log_entries)",
+    );
+    for i in 1..=depth {
+        q.push_str(&format!(
+            ", c{i} AS (SELECT * FROM c{p} UNION ALL SELECT * FROM c{p})",
+            p = i - 1
+        ));
+    }
+    q.push_str(&format!(" SELECT * FROM c{depth}"));
+    q
+}
+
+fn cte_overrides(query: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("extract_query", query.to_string()),
+        (
+            "merge_partitions_query",
+            "SELECT time_bin, process_id FROM {source}".to_string(),
+        ),
+        ("merge_sort_order", "time_bin".to_string()),
+    ]
+}
+
+fn check_owned(overrides: Vec<(&'static str, String)>) -> Result<Validated> {
+    let borrowed: Vec<(&str, &str)> = overrides.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    check(&borrowed)
+}
+
+#[test]
+fn exponential_cte_chain_hits_the_plan_node_limit() {
+    // Under the limit the same shape plans and validates.
+    let small = cte_overrides(&cte_chain(6));
+    assert!(crate::isolate::run(move || check_owned(small)).is_ok());
+    let big = cte_overrides(&cte_chain(30));
+    let e = crate::isolate::run(move || check_owned(big)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert_eq!(
+        e.message,
+        "extract_query plans to more than 10000 plan nodes"
+    );
+    assert!(e.hint.is_some());
+}
+
+#[test]
+fn validation_stops_at_its_time_limit() {
+    use crate::isolate::{run_with, Budget};
+    use std::time::Duration;
+    // 12 levels is under a raised node limit but takes far longer than 1 ms.
+    let overrides = cte_overrides(&cte_chain(12));
+    let e = run_with(
+        Budget::with_timeout(Duration::from_millis(1)).with_max_plan_nodes(250_000),
+        move || check_owned(overrides),
+    )
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert!(
+        e.message
+            .ends_with("exceeded the validation time limit of 1 ms"),
+        "{e}"
+    );
+    assert!(e
+        .hint
+        .unwrap()
+        .contains("micromegas_views.validation_timeout"));
+}
+
+#[test]
+fn a_dropped_job_is_cancelled_at_its_next_checkpoint() {
+    use crate::isolate::{checkpoint, submit, Budget};
+    let (ended, ended_rx) = std::sync::mpsc::channel();
+    let pending = submit(Budget::unlimited(), move || loop {
+        if let Err(e) = checkpoint() {
+            ended.send(e.kind).unwrap();
+            return Err::<(), _>(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    })
+    .unwrap();
+    drop(pending);
+    assert_eq!(
+        ended_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap(),
+        ErrorKind::Cancelled
+    );
+}
+
+#[test]
+fn a_new_job_does_not_wait_for_an_abandoned_one() {
+    use crate::isolate::{run, submit, Budget};
+    // A job stuck where no checkpoint reaches it (like one long analyzer rule).
+    let (release, stuck) = std::sync::mpsc::channel::<()>();
+    let abandoned = submit(Budget::unlimited(), move || {
+        let _ = stuck.recv();
+        Ok(())
+    })
+    .unwrap();
+    drop(abandoned);
+    // The next job runs on a fresh helper while the first is still stuck.
+    assert_eq!(run(|| Ok(42)).unwrap(), 42);
+    release.send(()).unwrap();
+}
+
+#[test]
+fn table_function_arguments_are_checked_like_the_rest() {
+    let e = check(&[(
+        "extract_query",
+        "SELECT time, process_id, key FROM log_entries CROSS JOIN jsonb_each(jsonb_parse(CAST(now() AS VARCHAR)))",
+    ), ("merge_partitions_query", "SELECT time, process_id, key FROM {source}"),
+    ("time_column", "time"), ("merge_sort_order", "time")])
+    .unwrap_err();
+    assert_eq!(
+        e.message, "extract_query calls now(), which is not immutable",
+        "{e}"
+    );
+}
+
+#[test]
+fn reading_a_failed_view_is_refused() {
+    let mut catalog = catalog_with_log_stats();
+    let mut entry = catalog.get("log_stats").unwrap().clone();
+    entry.load_error = Some("no longer valid after \"log_entries\" changed".into());
+    catalog.insert(entry);
+    let e = validate(&definition(&over_log_stats("4000")), &catalog).unwrap_err();
+    assert_eq!(
+        e.message,
+        "extract_query reads materialized view \"log_stats\", which failed to load"
+    );
+    assert_eq!(
+        e.detail.as_deref(),
+        Some("\"log_stats\": no longer valid after \"log_entries\" changed")
+    );
 }

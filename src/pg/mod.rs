@@ -1,5 +1,7 @@
-//! The thin pgrx shell: SQL-callable steps, error mapping, the planning thread.
+//! The thin pgrx shell: SQL-callable steps, error mapping, settings, the
+//! planning thread.
 
 mod api;
 mod errors;
+pub mod settings;
 mod thread;

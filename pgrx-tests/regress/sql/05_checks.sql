@@ -28,7 +28,7 @@ SELECT * FROM check_view(count_q => $$SELECT avg(nb_objects) AS count FROM block
 -- Placeholders.
 SELECT * FROM check_view(count_q => $$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time < '{end}'$$);
 SELECT * FROM check_view(count_q => $$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}'$$);
-SELECT * FROM check_view(merge_q => 'SELECT time_bin, target, count, audience FROM checked');
+SELECT * FROM check_view(merge_q => 'SELECT time_bin, target, count, audience FROM log_stats -- FROM {source}');
 -- No function that is not immutable: now() is stable, random() volatile.
 SELECT * FROM check_view(merge_q => 'SELECT time_bin, target, sum(count) AS count, audience FROM {source} WHERE time_bin < now() GROUP BY 1, 2, 4');
 SELECT * FROM check_view(count_q => $$SELECT sum(nb_objects) AS count FROM blocks WHERE random() < 0.5 AND insert_time >= '{begin}' AND insert_time < '{end}'$$);

@@ -1,0 +1,7 @@
+//! See `micromegas_views_core::properties`.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    micromegas_views_core::properties::schema_ipc_bytes(data);
+});

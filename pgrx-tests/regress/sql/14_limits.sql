@@ -1,0 +1,107 @@
+-- Engine limits: deep or huge input ends in a clean ERROR naming the limit,
+-- a slow validation honours statement_timeout and the validation time
+-- limit, and the session goes on working afterwards. The server never
+-- restarts (checked at the end, and in the server log by the test runner).
+SELECT pg_postmaster_start_time() AS started \gset
+
+-- A valid definition whose extract_query is the given text.
+CREATE FUNCTION pg_temp.with_extract(query text) RETURNS text
+LANGUAGE sql AS $$
+  SELECT format('CREATE MATERIALIZED VIEW limits_v WITH (extract_query = %L, count_src_query = %L, merge_partitions_query = %L, update_group = 9000, time_column = %L)',
+    query,
+    'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+    'SELECT * FROM {source}', 'time_bin')
+$$;
+-- A chain of CTEs each reading the previous one twice: a few hundred bytes
+-- that plan to about 7 * 2^depth nodes.
+CREATE FUNCTION pg_temp.cte_chain(depth int) RETURNS text
+LANGUAGE sql AS $$
+  SELECT 'WITH c0 AS (SELECT date_bin(''1 minute'', time) AS time_bin, process_id FROM log_entries)'
+      || string_agg(format(', c%s AS (SELECT * FROM c%s UNION ALL SELECT * FROM c%s)', i, i - 1, i - 1), '' ORDER BY i)
+      || format(' SELECT * FROM c%s', depth)
+    FROM generate_series(1, depth) i
+$$;
+
+-- The same shape under the limit is a valid view (checked, then rolled back).
+BEGIN;
+SELECT view_set_name, status FROM micromegas.mm_create_view(pg_temp.with_extract(pg_temp.cte_chain(6)));
+ROLLBACK;
+
+-- 1. The exponential CTE chain is refused before planning, well inside a
+--    one-second statement_timeout, at depth 15 and at depth 200.
+SET statement_timeout = '1s';
+SELECT * FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', pg_temp.with_extract(pg_temp.cte_chain(15))));
+SELECT sqlstate, message FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', pg_temp.with_extract(pg_temp.cte_chain(200))));
+-- Through a direct INSERT too.
+SELECT sqlstate, message FROM mmv_try(format(
+  'INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql) VALUES (''limits_v'', %L)',
+  pg_temp.with_extract(pg_temp.cte_chain(15))));
+RESET statement_timeout;
+
+-- 2. A deep type string (150,000 levels, just under the 1 MiB size limit, so
+--    that it reaches the depth check): registration and a direct INSERT of
+--    the built-in row.
+SELECT sqlstate, message, detail FROM mmv_try(format(
+  'SELECT micromegas.mm_register_builtin_view_set(''deep'', %L, 1)',
+  json_build_object('fields', json_build_array(json_build_object('name', 'a', 'type',
+    repeat('List(', 150000) || 'Int64' || repeat(')', 150000))))::text));
+SELECT sqlstate, message, detail FROM mmv_try(format(
+  'INSERT INTO micromegas.builtin_view_sets (view_set_name, kind, schema_json) VALUES (''deep'', ''materialized'', %L)',
+  json_build_object('fields', json_build_array(json_build_object('name', 'a', 'type',
+    repeat('List(', 150000) || 'Int64' || repeat(')', 150000))))::text));
+-- One level past what Arrow IPC reads back, and the deepest it does.
+SELECT sqlstate, message, detail FROM mmv_try(format(
+  'SELECT micromegas.mm_register_builtin_view_set(''deep'', %L, 1)',
+  json_build_object('fields', json_build_array(json_build_object('name', 'a', 'type',
+    repeat('List(', 61) || 'Int64' || repeat(')', 61))))::text));
+BEGIN;
+SELECT view_set_name, length(encode(schema_hash, 'hex')) AS hash_hex_chars
+  FROM micromegas.mm_register_builtin_view_set('deep',
+    json_build_object('fields', json_build_array(json_build_object('name', 'a', 'type',
+      repeat('List(', 60) || 'Int64' || repeat(')', 60))))::text, 1);
+ROLLBACK;
+-- Too many fields, too large a schema, JSON nested past serde's limit.
+SELECT sqlstate, message FROM mmv_try(format(
+  'SELECT micromegas.mm_register_builtin_view_set(''wide'', %L, 1)',
+  (SELECT json_agg(json_build_object('name', 'f' || i, 'type', 'Int64')) FROM generate_series(1, 10001) i)::text));
+SELECT sqlstate, message FROM mmv_try(format(
+  'SELECT micromegas.mm_register_builtin_view_set(''huge'', %L, 1)', repeat('A', 2 * 1024 * 1024)));
+SELECT sqlstate, message FROM mmv_try(format(
+  'SELECT micromegas.mm_register_builtin_view_set(''nested'', %L, 1)', repeat('[', 5000) || repeat(']', 5000)));
+SELECT count(*) AS registered FROM micromegas.builtin_view_sets WHERE view_set_name IN ('deep', 'wide', 'huge', 'nested');
+
+-- 3. A slow validation under a raised plan-node limit (superuser only) is
+--    stopped by statement_timeout within about its one second, and the
+--    session works normally right after.
+SET micromegas_views.max_plan_nodes = 250000;
+SET statement_timeout = '1s';
+SELECT clock_timestamp() AS t0 \gset
+-- (A cancel is not an error PL/pgSQL can catch: it is shown tersely.)
+\set VERBOSITY terse
+SELECT view_set_name FROM micromegas.mm_create_view(pg_temp.with_extract(pg_temp.cte_chain(15)));
+\set VERBOSITY default
+\echo :LAST_ERROR_SQLSTATE
+SELECT clock_timestamp() - :'t0'::timestamptz < interval '2 seconds' AS stopped_within_2s;
+RESET statement_timeout;
+SELECT view_set_name, would_be, problems FROM micromegas.mm_explain_view(replace(micromegas._mm_shipped_log_stats(), 'log_stats', 'log_stats_again'));
+
+-- 4. The validation time limit: the same input, 100 ms allowed.
+SET micromegas_views.validation_timeout = '100ms';
+SELECT * FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', pg_temp.with_extract(pg_temp.cte_chain(13))));
+RESET micromegas_views.validation_timeout;
+RESET micromegas_views.max_plan_nodes;
+SHOW micromegas_views.validation_timeout;
+SHOW micromegas_views.max_plan_nodes;
+
+-- 5. Only a superuser may raise the plan-node limit; the time limit is
+--    capped at a minute for everyone.
+CREATE ROLE limits_admin NOLOGIN IN ROLE micromegas_admin;
+SET ROLE limits_admin;
+SELECT sqlstate, message FROM mmv_try('SET micromegas_views.max_plan_nodes = 250000');
+SELECT sqlstate, message FROM mmv_try('SET micromegas_views.validation_timeout = ''10min''');
+SELECT sqlstate FROM mmv_try('SET micromegas_views.validation_timeout = ''30s''');
+RESET ROLE;
+DROP ROLE limits_admin;
+
+SELECT count(*) AS written FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'limits_v';
+SELECT pg_postmaster_start_time() = :'started' AS same_postmaster;

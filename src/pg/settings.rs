@@ -1,0 +1,49 @@
+//! The extension's settings (GUCs), registered when the library loads.
+//!
+//! | setting | who may change it | default | range |
+//! |---|---|---|---|
+//! | `micromegas_views.validation_timeout` | any role, per session | 5s | 10ms – 60s |
+//! | `micromegas_views.max_plan_nodes` | superusers only | 10000 | 100 – 250000 |
+//!
+//! Both bound work; neither switches a check off. The time limit may be
+//! raised by any role because it is capped at a minute and
+//! `statement_timeout` and cancellation still apply; the plan-node limit
+//! bounds memory as well as time, so only a superuser may raise it.
+
+use micromegas_views_core::planner::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use std::time::Duration;
+
+static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
+
+pub fn register() {
+    GucRegistry::define_int_guc(
+        c"micromegas_views.validation_timeout",
+        c"Longest time one validation (parsing, planning and checking a definition or schema) may take.",
+        c"Past it the statement fails with SQLSTATE 54001. statement_timeout and pg_cancel_backend still apply.",
+        &VALIDATION_TIMEOUT_MS,
+        10,
+        60_000,
+        GucContext::Userset,
+        GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.max_plan_nodes",
+        c"Most logical plan nodes one query of a definition may plan to, counting a common table expression once per reference.",
+        c"Past it the definition is refused with SQLSTATE 54001.",
+        &MAX_PLAN_NODES,
+        100,
+        MAX_MAX_PLAN_NODES as i32,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+pub fn validation_timeout() -> Duration {
+    Duration::from_millis(VALIDATION_TIMEOUT_MS.get().max(1) as u64)
+}
+
+pub fn max_plan_nodes() -> usize {
+    MAX_PLAN_NODES.get().max(1) as usize
+}
