@@ -43,15 +43,28 @@ describe() {
       FROM pg_extension WHERE extname = 'micromegas_views'
     ORDER BY 1"
 }
+# The definitions an upgrade must keep as they were (a re-validation may
+# refresh a stored schema's nullability, never these).
 rows() {
-  q "$1" -c "SELECT view_set_name, definition_sql, update_group, encode(schema_hash, 'hex'), reads, created_at, updated_at
-               FROM micromegas.lakehouse_view_set_definitions ORDER BY 1" \
-         -c "SELECT view_set_name, encode(schema_hash, 'hex'), update_group FROM micromegas.builtin_view_sets ORDER BY 1"
+  q "$1" -c "SELECT view_set_name, definition_sql, update_group, encode(schema_hash, 'hex'), reads, created_at,
+                    updated_at, updated_by, load_status
+               FROM micromegas.lakehouse_view_set_definitions ORDER BY 1"
+}
+# The built-in view sets as shipped: an upgrade brings them to what a fresh
+# install of the new version has.
+builtins() {
+  q "$1" -c "SELECT view_set_name, schema_ipc, encode(schema_hash, 'hex'), update_group, kind, shipped
+               FROM micromegas.builtin_view_sets ORDER BY 1"
+}
+# A definition's stored schema is what validating it now gives.
+schemas() {
+  q "$1" -c "SELECT view_set_name, schema_ipc FROM micromegas.lakehouse_view_set_definitions ORDER BY 1"
 }
 
 q postgres -c "DROP DATABASE IF EXISTS mmv_fresh" -c "CREATE DATABASE mmv_fresh" 2>/dev/null
 q mmv_fresh -c "CREATE EXTENSION micromegas_views"
 describe mmv_fresh >"$MMV_STATE/upgrade.fresh"
+builtins mmv_fresh >"$MMV_STATE/upgrade.fresh.builtins"
 status=0
 for script in "$root"/sql/archive/micromegas_views--*.sql; do
   from=$(basename "$script" .sql | sed 's/^micromegas_views--//')
@@ -74,6 +87,15 @@ SQL
   [ "$got" = "$current" ] || { echo "upgrade from $from: at version $got, expected $current"; status=1; }
   rows "$db" >"$MMV_STATE/upgrade.$from.after"
   diff -u "$MMV_STATE/upgrade.$from.before" "$MMV_STATE/upgrade.$from.after" || { echo "upgrade from $from: rows changed"; status=1; }
+  builtins "$db" >"$MMV_STATE/upgrade.$from.builtins"
+  diff -u "$MMV_STATE/upgrade.fresh.builtins" "$MMV_STATE/upgrade.$from.builtins" || { echo "upgrade from $from: shipped built-ins differ from a fresh install"; status=1; }
+  violations=$(q "$db" -c "SELECT count(*) FROM micromegas.mm_catalog_violations()")
+  [ "$violations" = 0 ] || { echo "upgrade from $from: $violations catalog violations"; status=1; }
+  # Re-validating every definition now changes no stored schema.
+  schemas "$db" >"$MMV_STATE/upgrade.$from.schemas"
+  q "$db" -c "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql" >/dev/null
+  schemas "$db" >"$MMV_STATE/upgrade.$from.schemas.again"
+  diff -u "$MMV_STATE/upgrade.$from.schemas" "$MMV_STATE/upgrade.$from.schemas.again" || { echo "upgrade from $from: stored schemas were stale"; status=1; }
   describe "$db" >"$MMV_STATE/upgrade.$from.objects"
   diff -u "$MMV_STATE/upgrade.fresh" "$MMV_STATE/upgrade.$from.objects" || { echo "upgrade from $from: objects differ from a fresh install"; status=1; }
   # The upgraded extension still works.

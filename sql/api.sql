@@ -61,15 +61,20 @@ LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
     merge_partition_delta, merge_sort_order, or_replace))
 $$;
 
--- DROP MATERIALIZED VIEW by name. The name parameter has type "name" so that
--- a single text argument resolves to the statement form below.
-CREATE FUNCTION micromegas.mm_drop_view(name name, if_exists boolean DEFAULT false)
+-- A view set name as a function parameter: text (never truncated like
+-- "name"), as its own type so that a single text argument resolves to the
+-- statement form of mm_drop_view below (text is the preferred string type).
+CREATE DOMAIN micromegas.view_set_name AS text;
+
+-- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
+CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text := name::text;
 BEGIN
+  PERFORM micromegas._mm_check_name(target, 'reference');
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN
@@ -97,7 +102,7 @@ DECLARE
   parsed jsonb;
 BEGIN
   IF statement ~ '^\s*[a-z_][a-z0-9_]*\s*;?\s*$' THEN
-    RETURN QUERY SELECT * FROM micromegas.mm_drop_view(btrim(statement, E' \t\r\n;')::name, false);
+    RETURN QUERY SELECT * FROM micromegas.mm_drop_view(btrim(statement, E' \t\r\n;')::micromegas.view_set_name, false);
     RETURN;
   END IF;
   parsed := micromegas._mm_parse_statement(statement);
@@ -105,7 +110,7 @@ BEGIN
     RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'
       USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_create_view() to create a view.';
   END IF;
-  RETURN QUERY SELECT * FROM micromegas.mm_drop_view((parsed->>'name')::name, (parsed->>'if_exists')::boolean);
+  RETURN QUERY SELECT * FROM micromegas.mm_drop_view((parsed->>'name')::micromegas.view_set_name, (parsed->>'if_exists')::boolean);
 END
 $$;
 
@@ -135,11 +140,8 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   normalized jsonb := micromegas._mm_normalize_schema(schema);
 BEGIN
+  -- The name rules and the shared namespace are the table trigger's.
   PERFORM micromegas._mm_lock_catalog();
-  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
-    RAISE EXCEPTION '"%" is a materialized view defined with DDL, not a built-in view set', name
-      USING ERRCODE = 'duplicate_object';
-  END IF;
   INSERT INTO micromegas.builtin_view_sets AS b
          (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
   VALUES (name, update_group, kind, has_view_maker, global_instance_available,
@@ -155,20 +157,24 @@ END
 $$;
 
 -- The catalog invariant, for operators and the concurrency tests: every
--- definition that reads a view set that does not exist, or whose
--- update_group is not above the group of something it reads. Always empty.
+-- definition that reads a view set that does not exist, whose update_group
+-- is not above the group of something it reads, or that loads while
+-- something it reads failed to load. Always empty.
 CREATE FUNCTION micromegas.mm_catalog_violations()
 RETURNS TABLE (view_set_name text, reads text, problem text)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT d.view_set_name, r.name,
          CASE WHEN x.view_set_name IS NULL AND b.view_set_name IS NULL THEN 'reads a missing view set'
-              ELSE format('update_group %s is not above %s', d.update_group, coalesce(x.update_group, b.update_group)) END
+              WHEN d.update_group <= coalesce(x.update_group, b.update_group)
+                THEN format('update_group %s is not above %s', d.update_group, coalesce(x.update_group, b.update_group))
+              ELSE 'loads, but reads a view set that failed to load' END
     FROM micromegas.lakehouse_view_set_definitions d
    CROSS JOIN LATERAL unnest(d.reads) AS r(name)
     LEFT JOIN micromegas.lakehouse_view_set_definitions x ON x.view_set_name = r.name
     LEFT JOIN micromegas.builtin_view_sets b ON b.view_set_name = r.name
    WHERE (x.view_set_name IS NULL AND b.view_set_name IS NULL)
       OR d.update_group <= coalesce(x.update_group, b.update_group)
+      OR (d.load_status = 'ok' AND x.load_status = 'failed')
    ORDER BY 1, 2
 $$;
 
@@ -282,7 +288,6 @@ END
 $$;
 
 -- The shipped rows: today's built-in view sets, and log_stats.
-SELECT pg_catalog.set_config('micromegas_views.installing', 'on', true);
 INSERT INTO micromegas.builtin_view_sets
        (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_json)
 SELECT b->>'view_set_name', (b->>'update_group')::integer, b->>'kind',
@@ -291,7 +296,6 @@ SELECT b->>'view_set_name', (b->>'update_group')::integer, b->>'kind',
 
 INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
 VALUES ('log_stats', micromegas._mm_shipped_log_stats());
-SELECT pg_catalog.set_config('micromegas_views.installing', 'off', true);
 
 -- pg_dump keeps what an admin or a service wrote: every row but those still
 -- exactly as shipped (CREATE EXTENSION recreates them), the definitions in
@@ -310,7 +314,7 @@ COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, t
   'Create or replace a view set definition from named arguments; stores a canonical statement';
 COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
   'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
-COMMENT ON FUNCTION micromegas.mm_drop_view(name, boolean) IS
+COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) IS
   'Drop a view set definition by name';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written';

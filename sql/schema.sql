@@ -60,7 +60,10 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   updated_by text,
   load_status text NOT NULL DEFAULT 'ok' CHECK (load_status IN ('ok', 'failed')),
   load_error text,
-  shipped boolean NOT NULL DEFAULT false
+  shipped boolean NOT NULL DEFAULT false,
+  -- The Postgres role (session_user) that wrote the row; updated_by is the
+  -- claim a service makes for its end user.
+  updated_by_role text
 );
 CREATE INDEX lakehouse_view_set_definitions_reads
   ON micromegas.lakehouse_view_set_definitions USING gin (reads) WITH (fastupdate = off);
@@ -97,16 +100,13 @@ $$;
 COMMENT ON FUNCTION micromegas.mm_catalog_version() IS
   'Strictly increases with every committed change to the definitions, drops included';
 
--- True only while CREATE EXTENSION writes the shipped rows.
+-- True only while this extension's own CREATE or ALTER EXTENSION script
+-- runs (Postgres' creating_extension): no setting can make it true.
 CREATE FUNCTION micromegas._mm_installing() RETURNS boolean
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT coalesce(current_setting('micromegas_views.installing', true), '') = 'on'
-$$;
-
--- True while an INSERT over a shipped row is being turned into an UPDATE.
-CREATE FUNCTION micromegas._mm_restoring() RETURNS boolean
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT coalesce(current_setting('micromegas_views.restoring', true), '') = 'on'
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN micromegas._mm_creating_extension();
+END
 $$;
 
 CREATE FUNCTION micromegas._mm_actor() RETURNS text
@@ -128,11 +128,12 @@ DECLARE
   snapshot jsonb;
 BEGIN
   SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
-    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind
+    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind, NULL::text AS load_error
       FROM micromegas.builtin_view_sets b
      WHERE b.view_set_name = ANY (words)
     UNION ALL
-    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized'
+    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
+           CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
       FROM micromegas.lakehouse_view_set_definitions d
      WHERE d.view_set_name = ANY (words) AND d.view_set_name <> (definition->>'name')
   ) e;
@@ -149,7 +150,7 @@ $$;
 
 -- Re-checks every definition that reads `source` after `source` changed
 -- (schema or group). A dependent that still validates but whose schema moved
--- is rewritten (which re-checks its own dependents in turn). One that no
+-- (types or nullability) is rewritten (which re-checks its own dependents in turn). One that no
 -- longer validates either refuses the change (strict: a DDL view was
 -- replaced) or is marked as failed to load (a built-in schema was registered:
 -- the service's code is the truth), with every view reading it.
@@ -185,7 +186,7 @@ BEGIN
        WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
       CONTINUE;
     END;
-    IF decode(checked->>'schema_hash', 'hex') IS DISTINCT FROM dep.schema_hash OR dep.load_status <> 'ok' THEN
+    IF checked->>'schema_ipc' IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
       -- A full rewrite re-validates it, stores the new schema, clears a
       -- failed mark, notifies, and re-checks its own dependents.
       UPDATE micromegas.lakehouse_view_set_definitions d
@@ -197,14 +198,19 @@ END
 $$;
 
 -- BEFORE INSERT OR UPDATE: lock, derive, validate. Whatever path writes the
--- row, it is checked exactly like mm_create_view.
+-- row, it is checked exactly like mm_create_view; the schema, hash and reads
+-- are always derived, never taken from the writer. Writes made by this
+-- extension's own triggers (pg_trigger_depth() > 1) are the only ones that
+-- may mark a definition failed or keep the audit columns they were given.
 CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  internal boolean := pg_catalog.pg_trigger_depth() > 1;
   columns_null boolean;
   statement_sql text;
   definition jsonb;
   checked jsonb;
+  problem text;
 BEGIN
   PERFORM micromegas._mm_next_version();
   IF TG_OP = 'INSERT' THEN
@@ -212,32 +218,29 @@ BEGIN
     IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
                                     WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
       -- An INSERT over a row still exactly as shipped becomes an UPDATE of
-      -- it, keeping the given timestamps and actor: this is how a restore
-      -- (CREATE EXTENSION, then the dumped rows) brings back a replaced log_stats.
-      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'on', true);
+      -- it (validated like any other, keeping the given timestamps and
+      -- actor): this is how a restore (CREATE EXTENSION, then the dumped
+      -- rows) brings back a replaced log_stats.
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
              count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
              update_group = NEW.update_group, view_options = NEW.view_options,
-             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
+             load_status = coalesce(NEW.load_status, 'ok')
        WHERE d.view_set_name = NEW.view_set_name;
-      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'off', true);
       RETURN NULL;
     END IF;
   ELSE
-    NEW.shipped := false;
+    -- Rows stay "as shipped" only through the extension's own scripts.
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
   END IF;
-  IF TG_OP = 'INSERT' AND NEW.load_status = 'failed' AND NEW.schema_ipc IS NOT NULL THEN
-    -- A restored row that had failed to load is kept as it was, still failed.
-    RETURN NEW;
-  END IF;
-  IF TG_OP = 'UPDATE' AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+  IF TG_OP = 'UPDATE' AND internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
      AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
           NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
          IS NOT DISTINCT FROM
          (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
           OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-    -- Marking a definition as failed to load is the one write not validated.
+    -- The extension marks a definition whose source changed as failed to load.
     RETURN NEW;
   END IF;
   IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -265,31 +268,62 @@ BEGIN
     definition := micromegas._mm_definition_from_row(NEW.view_set_name, statement_sql,
       NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
   END IF;
-
-  checked := micromegas._mm_check(definition);
-
   NEW.view_set_name := definition->>'name';
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = NEW.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', NEW.view_set_name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Choose another name for the materialized view.';
+  END IF;
+
+  IF (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed' THEN
+    -- A restored row that had failed to load is validated again: it loads
+    -- if it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    BEGIN
+      checked := micromegas._mm_check(definition);
+    EXCEPTION WHEN invalid_object_definition THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+    END;
+  ELSE
+    checked := micromegas._mm_check(definition);
+  END IF;
+
   NEW.extract_query := definition->>'extract_query';
   NEW.count_src_query := definition->>'count_src_query';
   NEW.merge_partitions_query := definition->>'merge_partitions_query';
   NEW.update_group := (definition->>'update_group')::integer;
-  NEW.view_options := checked->'view_options';
-  NEW.definition_sql := coalesce(statement_sql, checked->>'definition_sql');
-  NEW.schema_ipc := checked->>'schema_ipc';
-  NEW.schema_json := checked->'schema_json';
-  NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
-  NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
-  NEW.load_status := 'ok';
-  NEW.load_error := NULL;
-  IF TG_OP = 'INSERT' THEN
-    -- Given timestamps and actor are kept, so that a restore reproduces them.
+  NEW.view_options := definition->'options';
+  NEW.definition_sql := coalesce(statement_sql, checked->>'definition_sql', NEW.definition_sql);
+  IF problem IS NULL THEN
+    NEW.schema_ipc := checked->>'schema_ipc';
+    NEW.schema_json := checked->'schema_json';
+    NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
+    NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
+    NEW.load_status := 'ok';
+    NEW.load_error := NULL;
+  ELSE
+    -- No schema: the empty one. What it reads: the view sets its queries name.
+    checked := micromegas._mm_normalize_schema('[]');
+    NEW.schema_ipc := checked->>'schema_ipc';
+    NEW.schema_json := checked->'schema_json';
+    NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
+    NEW.reads := ARRAY(SELECT r FROM unnest(micromegas._mm_referenced_relations(definition)) r
+                        WHERE r <> NEW.view_set_name
+                          AND (EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = r)
+                               OR EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = r))
+                        ORDER BY r);
+    NEW.load_status := 'failed';
+    NEW.load_error := 'no longer valid when restored: ' || problem;
+  END IF;
+  -- The Postgres role that made the change: no setting can change it.
+  NEW.updated_by_role := session_user;
+  IF TG_OP = 'INSERT' OR internal THEN
+    -- Given timestamps and actor are kept (a restore reproduces them; a
+    -- re-validation by the extension changes no definition).
     NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
     NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
-    NEW.created_at := coalesce(NEW.created_at, NEW.updated_at);
-  ELSIF micromegas._mm_restoring() THEN
-    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
-    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
-    NEW.created_at := coalesce(NEW.created_at, OLD.created_at);
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
   ELSE
     NEW.updated_at := clock_timestamp();
     NEW.updated_by := micromegas._mm_actor();
@@ -407,7 +441,7 @@ BEGIN
   IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
     -- Re-validated after a failure: what reads it may load again.
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
-  ELSIF NEW.schema_hash IS DISTINCT FROM OLD.schema_hash OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
+  ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, true);
   END IF;
   RETURN NULL;
@@ -421,7 +455,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     PERFORM micromegas._mm_recheck_dependents(OLD.view_set_name, false);
-  ELSIF TG_OP = 'INSERT' OR NEW.schema_hash IS DISTINCT FROM OLD.schema_hash
+  ELSIF TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc
      OR NEW.update_group IS DISTINCT FROM OLD.update_group OR NEW.kind IS DISTINCT FROM OLD.kind THEN
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
   END IF;
@@ -470,22 +504,32 @@ DECLARE
   normalized jsonb;
 BEGIN
   PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+    RAISE EXCEPTION 'cannot rename built-in view set "%"', OLD.view_set_name
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+  PERFORM micromegas._mm_check_name(NEW.view_set_name, 'builtin');
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = NEW.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a materialized view defined with DDL', NEW.view_set_name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Drop the materialized view first, or register the built-in view set under another name.';
+  END IF;
   IF TG_OP = 'INSERT' THEN
     NEW.shipped := micromegas._mm_installing();
     IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b
                                     WHERE b.view_set_name = NEW.view_set_name AND b.shipped) THEN
-      -- As for definitions: an INSERT over a shipped row updates it.
-      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'on', true);
+      -- As for definitions: an INSERT over a shipped row updates it
+      -- (nested, so it keeps the given registration columns).
       UPDATE micromegas.builtin_view_sets b
          SET update_group = NEW.update_group, kind = NEW.kind, has_view_maker = NEW.has_view_maker,
              global_instance_available = NEW.global_instance_available, schema_ipc = NEW.schema_ipc,
              schema_json = NEW.schema_json, registered_at = NEW.registered_at, registered_by = NEW.registered_by
        WHERE b.view_set_name = NEW.view_set_name;
-      PERFORM pg_catalog.set_config('micromegas_views.restoring', 'off', true);
       RETURN NULL;
     END IF;
   ELSE
-    NEW.shipped := false;
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
   END IF;
   IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
     normalized := micromegas._mm_normalize_schema(NEW.schema_ipc);
@@ -498,7 +542,7 @@ BEGIN
   NEW.schema_ipc := normalized->>'schema_ipc';
   NEW.schema_json := normalized->'schema_json';
   NEW.schema_hash := decode(normalized->>'schema_hash', 'hex');
-  IF TG_OP = 'INSERT' OR micromegas._mm_restoring() THEN
+  IF TG_OP = 'INSERT' OR pg_catalog.pg_trigger_depth() > 1 THEN
     NEW.registered_at := coalesce(NEW.registered_at, clock_timestamp());
     NEW.registered_by := coalesce(NEW.registered_by, micromegas._mm_actor());
   ELSE

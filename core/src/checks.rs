@@ -115,15 +115,6 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
                     .with_hint(format!("Use an update_group of at least {}.", group as i64 + 1)));
                 }
             }
-            if let Some(error) = &entry.load_error {
-                return Err(Error::definition(format!(
-                    "{option} reads materialized view \"{name}\", which failed to load"
-                ))
-                .with_detail(format!("\"{name}\": {error}"))
-                .with_hint(format!(
-                    "Repair \"{name}\" first (CREATE OR REPLACE it), or read something else."
-                )));
-            }
             reads.insert(name);
         }
     }
@@ -140,6 +131,18 @@ pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
         schema,
         reads: reads.into_iter().collect(),
     })
+}
+
+/// A definition may not read one that failed to load (checked by the
+/// planner when it resolves the table, before anything else).
+pub(crate) fn failed_source(option: &str, name: &str, error: &str) -> Error {
+    Error::definition(format!(
+        "{option} reads materialized view \"{name}\", which failed to load"
+    ))
+    .with_detail(format!("\"{name}\": {error}"))
+    .with_hint(format!(
+        "Repair \"{name}\" first (CREATE OR REPLACE it), or read something else."
+    ))
 }
 
 const COUNT_RULE: &str = "The daemon decides that a partition is stale when this count differs from the one it recorded when it materialized the partition, so the count must read the raw block metadata that ingestion appends to (such as blocks), whose rows for an insert_time range change exactly when new data arrives.";

@@ -12,6 +12,8 @@ pub enum ErrorKind {
     InvalidOption,
     /// The view name is not a lower-case identifier (42602 invalid_name).
     InvalidName,
+    /// The view name is longer than Postgres allows for a name (42622 name_too_long).
+    NameTooLong,
     /// The view name is reserved (42939 reserved_name).
     ReservedName,
     /// A check on the planned queries failed (42P17 invalid_object_definition).

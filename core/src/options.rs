@@ -75,11 +75,12 @@ pub fn check_view_name(name: &str) -> Result<()> {
     }
     if name.len() > MAX_NAME_LENGTH {
         return Err(Error::new(
-            ErrorKind::InvalidName,
+            ErrorKind::NameTooLong,
             format!("materialized view name \"{name}\" is too long"),
         )
         .with_detail(format!(
-            "A view name has at most {MAX_NAME_LENGTH} characters."
+            "It has {} bytes; a view name has at most {MAX_NAME_LENGTH} (Postgres' limit for a name), and is never truncated.",
+            name.len()
         )));
     }
     if name == "source" {
@@ -106,6 +107,32 @@ pub fn check_view_name(name: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// The name rule every function that takes a view set name applies.
+/// `Create` is a new DDL view (every rule); `Reference` names an existing
+/// one (a drop: reserved names are simply not DDL views); `Builtin` is a
+/// code-defined view set a service registers (the same grammar and length,
+/// but the names of the services' own view sets are theirs to use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NameUse {
+    Create,
+    Reference,
+    Builtin,
+}
+
+pub fn check_name(name: &str, usage: NameUse) -> Result<()> {
+    match check_view_name(name) {
+        Err(e) if e.kind == ErrorKind::ReservedName && usage == NameUse::Reference => Ok(()),
+        Err(e)
+            if e.kind == ErrorKind::ReservedName
+                && usage == NameUse::Builtin
+                && CODE_DEFINED_VIEW_SETS.contains(&name) =>
+        {
+            Ok(())
+        }
+        other => other,
+    }
 }
 
 /// The options of a statement or a function call, each still optional.
@@ -687,9 +714,10 @@ mod tests {
                 "{bad}"
             );
         }
+        assert!(check_view_name(&"a".repeat(63)).is_ok());
         assert_eq!(
             check_view_name(&"a".repeat(64)).unwrap_err().kind,
-            ErrorKind::InvalidName
+            ErrorKind::NameTooLong
         );
         for reserved in ["source", "__x", "blocks", "log_entries", "otel_spans"] {
             let e = check_view_name(reserved).unwrap_err();
@@ -697,6 +725,22 @@ mod tests {
             assert_eq!(
                 e.message,
                 format!("materialized view name \"{reserved}\" is reserved")
+            );
+        }
+        // The same rule for every use, but what is reserved depends on it.
+        assert!(check_name("blocks", NameUse::Create).is_err());
+        assert!(check_name("blocks", NameUse::Reference).is_ok());
+        assert!(check_name("blocks", NameUse::Builtin).is_ok());
+        assert!(check_name("svc_set", NameUse::Builtin).is_ok());
+        assert!(check_name("__svc", NameUse::Builtin).is_err());
+        for usage in [NameUse::Create, NameUse::Reference, NameUse::Builtin] {
+            assert_eq!(
+                check_name(&"a".repeat(64), usage).unwrap_err().kind,
+                ErrorKind::NameTooLong
+            );
+            assert_eq!(
+                check_name("Svc", usage).unwrap_err().kind,
+                ErrorKind::InvalidName
             );
         }
     }

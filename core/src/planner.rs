@@ -2,7 +2,7 @@
 //! `ContextProvider` seam of `datafusion-sql`. Planning is synchronous and
 //! never executes anything.
 
-use crate::catalog::{Catalog, SourceKind};
+use crate::catalog::{Catalog, CatalogEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::{registry, FunctionRegistry};
 use crate::isolate;
@@ -328,6 +328,14 @@ impl ContextProvider for Provider<'_> {
             Some(entry) if entry.kind == SourceKind::InstanceOnly => {
                 self.instance_only.borrow_mut().push(table.to_string());
                 plan_err!("view set \"{table}\" has no global instance")
+            }
+            Some(CatalogEntry {
+                load_error: Some(error),
+                ..
+            }) => {
+                *self.interrupted.borrow_mut() =
+                    Some(crate::checks::failed_source(self.option, table, error));
+                plan_err!("view set \"{table}\" failed to load")
             }
             Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),
             None => {

@@ -698,3 +698,59 @@ fn reading_a_failed_view_is_refused() {
         Some("\"log_stats\": no longer valid after \"log_entries\" changed")
     );
 }
+
+#[test]
+fn shipped_log_stats_infers_micromegas_fields_and_nullability() {
+    let v = validate(&definition(LOG_STATS_SQL), &builtin_catalog()).unwrap();
+    let fields: Vec<String> = v
+        .schema
+        .fields()
+        .iter()
+        .map(|f| {
+            format!(
+                "{} {}{}",
+                f.name(),
+                f.data_type(),
+                if f.is_nullable() { "" } else { " not null" }
+            )
+        })
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "time_bin Timestamp(ns, \"+00:00\") not null",
+            "process_id Dictionary(Int32, Utf8) not null",
+            "level Int32 not null",
+            "target Dictionary(Int32, Utf8) not null",
+            "count Int64 not null",
+            "audience Dictionary(Int32, Utf8)",
+        ]
+    );
+}
+
+#[test]
+fn builtin_nullability_matches_micromegas() {
+    let catalog = builtin_catalog();
+    let nullable = |set: &str| -> Vec<String> {
+        let entry = catalog.get(set).unwrap();
+        entry
+            .schema
+            .fields()
+            .iter()
+            .filter(|f| f.is_nullable())
+            .map(|f| f.name().clone())
+            .collect()
+    };
+    assert_eq!(nullable("blocks"), ["streams.tags"]);
+    assert!(nullable("log_entries").is_empty());
+    assert!(nullable("measures").is_empty());
+    let streams = catalog.get("streams").unwrap();
+    assert_eq!(
+        streams
+            .schema
+            .field_with_name("format")
+            .unwrap()
+            .data_type(),
+        &arrow_schema::DataType::Utf8
+    );
+}

@@ -10,10 +10,8 @@
 use super::errors::OrRaise;
 use super::thread::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
-use micromegas_views_core::options::OptionValues;
-use micromegas_views_core::{
-    checks, ddl, schema, Catalog, Definition, Error, ErrorKind, Result, Statement,
-};
+use micromegas_views_core::options::{check_name, NameUse, OptionValues};
+use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
 use serde_json::{json, Value};
@@ -84,13 +82,7 @@ mod micromegas {
                     }))
                 }
                 Statement::Drop(drop) => {
-                    micromegas_views_core::options::check_view_name(&drop.name).or_else(|e| {
-                        if e.kind == ErrorKind::ReservedName {
-                            Ok(())
-                        } else {
-                            Err(e)
-                        }
-                    })?;
+                    check_name(&drop.name, NameUse::Reference)?;
                     Ok(json!({"kind": "drop", "if_exists": drop.if_exists, "name": drop.name}))
                 }
             })
@@ -199,9 +191,9 @@ mod micromegas {
         run_isolated(move || Ok(values.into_definition(&name)?.render(or_replace))).or_raise()
     }
 
-    /// The relation names a definition's queries mention. No longer called
-    /// by the extension's SQL; kept because the archived 0.1.0 install script
-    /// names its symbol.
+    /// The relation names a definition's queries mention (a superset of
+    /// what they read): what a restored definition that no longer plans is
+    /// recorded as reading.
     #[pg_extern(immutable, parallel_safe, name = "_mm_referenced_relations")]
     fn referenced_relations(definition: JsonB) -> Vec<String> {
         let definition = definition.0;
@@ -244,6 +236,34 @@ mod micromegas {
     fn format_schema(schema_ipc: &str) -> String {
         let text = schema_ipc.to_owned();
         run_isolated(move || Ok(schema::format(&*schema::from_ipc_base64(&text)?))).or_raise()
+    }
+
+    /// The name rule of `usage` (`create`, `reference` or `builtin`),
+    /// raised as an error. The SQL functions that take a name call it.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_check_name")]
+    fn check_name_sql(name: &str, usage: &str) -> bool {
+        let usage = match usage {
+            "create" => NameUse::Create,
+            "reference" => NameUse::Reference,
+            "builtin" => NameUse::Builtin,
+            other => pgrx::error!("unknown name use \"{other}\""),
+        };
+        // Short and non-recursive: checked on the backend's thread.
+        check_name(name, usage).or_raise();
+        true
+    }
+
+    /// True only while CREATE EXTENSION or ALTER EXTENSION UPDATE runs this
+    /// extension's script: the shipped rows are written then. No setting
+    /// can make it true.
+    #[pg_extern(stable, name = "_mm_creating_extension")]
+    fn creating_extension() -> bool {
+        // SAFETY: reading two backend globals on the backend's own thread.
+        unsafe {
+            pg_sys::creating_extension
+                && pg_sys::CurrentExtensionObject
+                    == pg_sys::get_extension_oid(c"micromegas_views".as_ptr(), true)
+        }
     }
 
     /// The built-in view sets CREATE EXTENSION seeds.

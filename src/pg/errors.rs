@@ -9,6 +9,7 @@ pub fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::Syntax => PgSqlErrorCode::ERRCODE_SYNTAX_ERROR,
         ErrorKind::InvalidOption => PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         ErrorKind::InvalidName => PgSqlErrorCode::ERRCODE_INVALID_NAME,
+        ErrorKind::NameTooLong => PgSqlErrorCode::ERRCODE_NAME_TOO_LONG,
         ErrorKind::ReservedName => PgSqlErrorCode::ERRCODE_RESERVED_NAME,
         ErrorKind::InvalidDefinition => PgSqlErrorCode::ERRCODE_INVALID_OBJECT_DEFINITION,
         ErrorKind::InvalidSchema => PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
