@@ -27,10 +27,16 @@ done
 [ -n "$pid" ] || { echo "crash test: the DDL never reached its sleep"; exit 1; }
 kill -9 "$pid"
 wait "$victim_shell" || true
-for _ in $(seq 1 100); do
-  "$PG_BIN/pg_isready" -q -h "$PGHOST" -p "$PGPORT" && q postgres -c "SELECT 1" >/dev/null 2>&1 && break
+# Crash recovery replays the WAL since the last checkpoint: on a loaded
+# machine that can take a while. Wait up to two minutes, then fail loudly.
+ready=""
+for _ in $(seq 1 600); do
+  if "$PG_BIN/pg_isready" -q -h "$PGHOST" -p "$PGPORT" && q mmv_crash -c "SELECT 1" >/dev/null 2>&1; then
+    ready=yes; break
+  fi
   sleep 0.2
 done
+[ -n "$ready" ] || { echo "crash test: the cluster did not come back from crash recovery within 120 s"; exit 1; }
 
 status=0
 check() {

@@ -4,7 +4,7 @@
 -- CREATE [OR REPLACE] MATERIALIZED VIEW <name> WITH (...)
 CREATE FUNCTION micromegas.mm_create_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   parsed jsonb;
@@ -54,7 +54,7 @@ CREATE FUNCTION micromegas.mm_create_view(
   merge_sort_order text DEFAULT NULL,
   or_replace boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT * FROM micromegas.mm_create_view(micromegas._mm_render_create(
     name, extract_query, count_src_query, merge_partitions_query, update_group,
     time_column, min_time_column, max_time_column, source_partition_delta,
@@ -69,7 +69,7 @@ CREATE DOMAIN micromegas.view_set_name AS text;
 -- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
 CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text := name::text;
@@ -97,7 +97,7 @@ $$;
 -- DROP MATERIALIZED VIEW [IF EXISTS] <name>, or just a bare view name.
 CREATE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   parsed jsonb;
 BEGIN
@@ -135,7 +135,7 @@ CREATE FUNCTION micromegas.mm_register_builtin_view_set(
   has_view_maker boolean DEFAULT false,
   global_instance_available boolean DEFAULT true)
 RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   normalized jsonb := micromegas._mm_normalize_schema(schema);
@@ -244,7 +244,7 @@ $$;
 CREATE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[])
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text;
@@ -300,12 +300,13 @@ VALUES ('log_stats', micromegas._mm_shipped_log_stats());
 -- pg_dump keeps what an admin or a service wrote: every row but those still
 -- exactly as shipped (CREATE EXTENSION recreates them), the definitions in
 -- materialization order so that a restore validates each after what it reads,
--- and the removed shipped rows. The catalog version is not dumped: it starts
--- over in a restored database.
+-- the removed shipped rows, and the catalog version (a restore continues
+-- above it: see _mm_catalog_state_restore).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.builtin_view_sets', 'WHERE NOT shipped');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definitions',
                                            'WHERE NOT shipped ORDER BY update_group, view_set_name');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.removed_shipped_rows', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.catalog_state', '');
 
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
@@ -333,15 +334,32 @@ COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
 COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
   'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
 
--- Privileges. Nothing is granted to PUBLIC but reading the catalog version;
--- members of micromegas_admin (and superusers) do everything else.
+-- Privileges. PUBLIC may read the catalog version and the list of view
+-- sets; micromegas_reader reads the catalog; micromegas_admin (a member of
+-- the reader) changes it. The internal functions (_mm_*: version, lock,
+-- validation steps) are callable by neither role: the SECURITY DEFINER
+-- functions and triggers call them.
 GRANT USAGE ON SCHEMA micromegas TO PUBLIC;
 REVOKE ALL ON ALL TABLES IN SCHEMA micromegas FROM PUBLIC;
 REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.lakehouse_view_set_definitions TO micromegas_admin;
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromegas_admin;
-GRANT SELECT ON micromegas.catalog_state TO micromegas_admin;
 GRANT SELECT, INSERT, DELETE ON micromegas.removed_shipped_rows TO micromegas_admin;
-GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas TO micromegas_admin;
+GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_view_sets,
+                micromegas.catalog_state TO micromegas_reader;
+DO $$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'micromegas'::regnamespace AND p.proname NOT LIKE '\_mm\_%' LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO micromegas_admin', f);
+  END LOOP;
+END
+$$;
 GRANT EXECUTE ON FUNCTION micromegas.mm_catalog_version() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION micromegas.list_view_sets() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.list_view_sets(),
+  micromegas.mm_view_set_snapshot(), micromegas.mm_materialization_order(),
+  micromegas.list_view_dependencies(), micromegas.mm_catalog_version(),
+  micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;

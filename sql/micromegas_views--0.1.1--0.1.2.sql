@@ -14,7 +14,11 @@
 --   tables' triggers), built-in names follow the name rule;
 -- * mm_drop_view(name, ...) takes a micromegas.view_set_name (text, never
 --   truncated like "name") and applies the name rule (42622 past 63 bytes);
--- * updated_by_role records the Postgres role of every write.
+-- * updated_by_role records the Postgres role of every write;
+-- * micromegas_reader reads the catalog and micromegas_admin, its member,
+--   changes it; internal functions are callable by neither (the functions
+--   and triggers that need them are SECURITY DEFINER);
+-- * the catalog version is dumped, and a restore continues above it.
 --
 -- The rule for every upgrade script: the objects an upgraded database ends
 -- up with must be exactly those of a fresh CREATE EXTENSION of the new
@@ -23,7 +27,7 @@
 -- install script names (AS 'MODULE_PATHNAME', '..._wrapper'): the old
 -- version's script must still install against the new library.
 
--- New Rust functions.
+-- New Rust functions (internal: callable by neither role).
 CREATE  FUNCTION micromegas."_mm_check_name"(
 	"name" TEXT, /* & str */
 	"usage" TEXT /* & str */
@@ -39,10 +43,53 @@ AS 'MODULE_PATHNAME', 'creating_extension_wrapper';
 
 REVOKE EXECUTE ON FUNCTION micromegas._mm_check_name(text, text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION micromegas._mm_creating_extension() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION micromegas._mm_check_name(text, text) TO micromegas_admin;
-GRANT EXECUTE ON FUNCTION micromegas._mm_creating_extension() TO micromegas_admin;
+
+-- The two roles: micromegas_reader reads the catalog (the daemon, a
+-- FlightSQL replica that only loads it), micromegas_admin (a member of the
+-- reader) changes it. Roles belong to the cluster, not to a database, so
+-- they are created only when missing and DROP EXTENSION leaves them. A role
+-- that already exists and can log in or is a superuser is reported: every
+-- member of these roles gets their privileges.
+DO $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT rolname, rolcanlogin, rolsuper FROM pg_catalog.pg_roles
+            WHERE rolname IN ('micromegas_admin', 'micromegas_reader') AND (rolcanlogin OR rolsuper) LOOP
+    RAISE WARNING 'role "%" already exists and %', r.rolname,
+      CASE WHEN r.rolsuper THEN 'is a superuser' ELSE 'can log in' END
+      USING HINT = 'These roles are meant to be NOLOGIN groups: grant them to the services'' login roles.';
+  END LOOP;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_reader') THEN
+    CREATE ROLE micromegas_reader NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_admin') THEN
+    CREATE ROLE micromegas_admin NOLOGIN;
+  END IF;
+  IF NOT pg_catalog.pg_has_role('micromegas_admin', 'micromegas_reader', 'MEMBER') THEN
+    GRANT micromegas_reader TO micromegas_admin;
+  END IF;
+END
+$$;
 
 ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN updated_by_role text;
+
+-- A restore loads the dumped version into the freshly created row: the
+-- restored catalog starts above it (and above whatever the restore itself
+-- counted), so a service that saw the dumped catalog sees the restored one
+-- as newer.
+CREATE FUNCTION micromegas._mm_catalog_state_restore() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE micromegas.catalog_state s SET version = greatest(s.version, NEW.version) + 1;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER catalog_state_restore
+  BEFORE INSERT ON micromegas.catalog_state
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_catalog_state_restore();
+REVOKE EXECUTE ON FUNCTION micromegas._mm_catalog_state_restore() FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('micromegas.catalog_state', '');
 
 -- True only while this extension's own CREATE or ALTER EXTENSION script
 -- runs (Postgres' creating_extension): no setting can make it true.
@@ -135,7 +182,7 @@ $$;
 -- extension's own triggers (pg_trigger_depth() > 1) are the only ones that
 -- may mark a definition failed or keep the audit columns they were given.
 CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   internal boolean := pg_catalog.pg_trigger_depth() > 1;
   columns_null boolean;
@@ -269,7 +316,7 @@ $$;
 -- must still validate, or the change is refused. After a failed definition
 -- validates again, its dependents are re-checked and cleared too.
 CREATE OR REPLACE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
     -- Re-validated after a failure: what reads it may load again.
@@ -284,7 +331,7 @@ $$;
 -- AFTER a built-in view set's schema or group changed: the service's code is
 -- the truth, so dependents that no longer validate are marked, not refused.
 CREATE OR REPLACE FUNCTION micromegas._mm_builtins_after_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     PERFORM micromegas._mm_recheck_dependents(OLD.view_set_name, false);
@@ -299,7 +346,7 @@ $$;
 -- Built-in view sets: the schema is normalized (JSON or IPC in, every form
 -- stored), the catalog version moves, and services are told.
 CREATE OR REPLACE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   normalized jsonb;
 BEGIN
@@ -365,7 +412,7 @@ CREATE OR REPLACE FUNCTION micromegas.mm_register_builtin_view_set(
   has_view_maker boolean DEFAULT false,
   global_instance_available boolean DEFAULT true)
 RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   normalized jsonb := micromegas._mm_normalize_schema(schema);
@@ -417,7 +464,7 @@ CREATE DOMAIN micromegas.view_set_name AS text;
 -- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
 CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text := name::text;
@@ -450,7 +497,7 @@ COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) I
 -- DROP MATERIALIZED VIEW [IF EXISTS] <name>, or just a bare view name.
 CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   parsed jsonb;
 BEGIN
@@ -466,6 +513,35 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas.mm_drop_view((parsed->>'name')::micromegas.view_set_name, (parsed->>'if_exists')::boolean);
 END
 $$;
+
+-- The functions that call internal ones run as the extension's owner.
+ALTER FUNCTION micromegas.mm_create_view(text) SECURITY DEFINER;
+ALTER FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean) SECURITY DEFINER;
+ALTER FUNCTION micromegas.mm_explain_view(text) SECURITY DEFINER;
+ALTER FUNCTION micromegas._mm_definitions_before_delete() SECURITY DEFINER;
+ALTER FUNCTION micromegas._mm_track_removed() SECURITY DEFINER;
+ALTER FUNCTION micromegas._mm_apply_removed() SECURITY DEFINER;
+ALTER FUNCTION micromegas._mm_notify() SECURITY DEFINER;
+ALTER FUNCTION micromegas._mm_builtins_before_delete() SECURITY DEFINER;
+
+-- Privileges: internal functions for neither role; the reader's reads.
+REVOKE SELECT ON micromegas.catalog_state FROM micromegas_admin;
+GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_view_sets,
+                micromegas.catalog_state TO micromegas_reader;
+DO $$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'micromegas'::regnamespace AND p.proname LIKE '\_mm\_%' LOOP
+    EXECUTE pg_catalog.format('REVOKE EXECUTE ON FUNCTION %s FROM micromegas_admin', f);
+  END LOOP;
+END
+$$;
+GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.list_view_sets(),
+  micromegas.mm_view_set_snapshot(), micromegas.mm_materialization_order(),
+  micromegas.list_view_dependencies(), micromegas.mm_catalog_version(),
+  micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;
 
 -- The shipped built-in view sets as this version ships them. Rows a service
 -- registered (not shipped) are the services' truth and stay. The trigger

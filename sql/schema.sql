@@ -2,17 +2,38 @@
 -- guard them. Runs first in CREATE EXTENSION (pgrx "bootstrap").
 --
 -- Every function pins search_path and qualifies every name, so nothing in
--- public or pg_temp can stand in for an object of this extension.
+-- public or pg_temp can stand in for an object of this extension. Trigger
+-- functions are SECURITY DEFINER: they call the internal functions (version,
+-- lock, validation) that neither role may call directly; who may write is
+-- decided by the table privileges checked before any trigger runs.
 
 CREATE SCHEMA micromegas;
 COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definitions';
 
--- The admin role. Roles belong to the cluster, not to a database, so it is
--- created only when missing and DROP EXTENSION leaves it in place.
+-- The two roles: micromegas_reader reads the catalog (the daemon, a
+-- FlightSQL replica that only loads it), micromegas_admin (a member of the
+-- reader) changes it. Roles belong to the cluster, not to a database, so
+-- they are created only when missing and DROP EXTENSION leaves them. A role
+-- that already exists and can log in or is a superuser is reported: every
+-- member of these roles gets their privileges.
 DO $$
+DECLARE
+  r record;
 BEGIN
+  FOR r IN SELECT rolname, rolcanlogin, rolsuper FROM pg_catalog.pg_roles
+            WHERE rolname IN ('micromegas_admin', 'micromegas_reader') AND (rolcanlogin OR rolsuper) LOOP
+    RAISE WARNING 'role "%" already exists and %', r.rolname,
+      CASE WHEN r.rolsuper THEN 'is a superuser' ELSE 'can log in' END
+      USING HINT = 'These roles are meant to be NOLOGIN groups: grant them to the services'' login roles.';
+  END LOOP;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_reader') THEN
+    CREATE ROLE micromegas_reader NOLOGIN;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_admin') THEN
     CREATE ROLE micromegas_admin NOLOGIN;
+  END IF;
+  IF NOT pg_catalog.pg_has_role('micromegas_admin', 'micromegas_reader', 'MEMBER') THEN
+    GRANT micromegas_reader TO micromegas_admin;
   END IF;
 END
 $$;
@@ -24,6 +45,21 @@ CREATE TABLE micromegas.catalog_state (
   version bigint NOT NULL
 );
 INSERT INTO micromegas.catalog_state VALUES (true, 0);
+
+-- A restore loads the dumped version into the freshly created row: the
+-- restored catalog starts above it (and above whatever the restore itself
+-- counted), so a service that saw the dumped catalog sees the restored one
+-- as newer.
+CREATE FUNCTION micromegas._mm_catalog_state_restore() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE micromegas.catalog_state s SET version = greatest(s.version, NEW.version) + 1;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER catalog_state_restore
+  BEFORE INSERT ON micromegas.catalog_state
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_catalog_state_restore();
 
 -- The code-defined view sets the services own: what a definition may read.
 CREATE TABLE micromegas.builtin_view_sets (
@@ -203,7 +239,7 @@ $$;
 -- extension's own triggers (pg_trigger_depth() > 1) are the only ones that
 -- may mark a definition failed or keep the audit columns they were given.
 CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   internal boolean := pg_catalog.pg_trigger_depth() > 1;
   columns_null boolean;
@@ -335,7 +371,7 @@ $$;
 
 -- BEFORE DELETE: lock, and refuse to break a definition that reads this one.
 CREATE FUNCTION micromegas._mm_definitions_before_delete() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   dependents text;
 BEGIN
@@ -371,7 +407,7 @@ $$;
 
 -- AFTER INSERT or DELETE of either table: keep removed_shipped_rows current.
 CREATE FUNCTION micromegas._mm_track_removed() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     PERFORM micromegas._mm_remember_removed(TG_TABLE_NAME, OLD.view_set_name);
@@ -385,7 +421,7 @@ $$;
 
 -- Loading a remembered removal (a restore) removes the freshly shipped row.
 CREATE FUNCTION micromegas._mm_apply_removed() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF NEW.table_name = 'lakehouse_view_set_definitions' THEN
     DELETE FROM micromegas.lakehouse_view_set_definitions d
@@ -401,7 +437,7 @@ $$;
 -- AFTER each committed row change of either table: one NOTIFY with a small
 -- JSON payload. NOTIFY is transactional, so a rolled-back change sends nothing.
 CREATE FUNCTION micromegas._mm_notify() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   op text;
   row_name text;
@@ -436,7 +472,7 @@ $$;
 -- must still validate, or the change is refused. After a failed definition
 -- validates again, its dependents are re-checked and cleared too.
 CREATE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
     -- Re-validated after a failure: what reads it may load again.
@@ -451,7 +487,7 @@ $$;
 -- AFTER a built-in view set's schema or group changed: the service's code is
 -- the truth, so dependents that no longer validate are marked, not refused.
 CREATE FUNCTION micromegas._mm_builtins_after_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
     PERFORM micromegas._mm_recheck_dependents(OLD.view_set_name, false);
@@ -499,7 +535,7 @@ CREATE TRIGGER definitions_no_truncate
 -- Built-in view sets: the schema is normalized (JSON or IPC in, every form
 -- stored), the catalog version moves, and services are told.
 CREATE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   normalized jsonb;
 BEGIN
@@ -554,7 +590,7 @@ END
 $$;
 
 CREATE FUNCTION micromegas._mm_builtins_before_delete() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM micromegas._mm_next_version();
   RETURN OLD;

@@ -159,9 +159,13 @@ async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
         Command::Show { name } => {
             let row = client
                 .query_opt(
-                    "SELECT definition_sql, update_group, micromegas._mm_format_schema(schema_ipc), \
-                     encode(schema_hash, 'hex'), array_to_string(reads, ', '), load_status, coalesce(load_error, '') \
-                     FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
+                    // Only public functions: micromegas_reader may run `show`.
+                    "SELECT d.definition_sql, d.update_group, coalesce(s.schema, '(not loaded)'), \
+                     encode(d.schema_hash, 'hex'), array_to_string(d.reads, ', '), d.load_status, \
+                     coalesce(d.load_error, '') \
+                     FROM micromegas.lakehouse_view_set_definitions d \
+                     LEFT JOIN micromegas.list_view_sets() s ON s.view_set_name = d.view_set_name \
+                     WHERE d.view_set_name = $1",
                     &[&name],
                 )
                 .await

@@ -9,3 +9,7 @@ SELECT jsonb_pretty(schema_json) FROM micromegas.lakehouse_view_set_definitions 
 SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats';
 SELECT view_set_name, definition_sql IS NOT NULL AS has_sql, update_group, updated_by
   FROM micromegas.list_view_set_definitions();
+-- The shipped log_stats infers exactly micromegas' fields and nullability
+-- from the shipped built-in schemas.
+SELECT micromegas._mm_format_schema(schema_ipc) AS log_stats_schema
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats';

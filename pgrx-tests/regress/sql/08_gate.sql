@@ -25,6 +25,48 @@ SELECT * FROM mmv_try($$UPDATE micromegas.catalog_state SET version = 0$$);
 SELECT view_set_name, status FROM micromegas.mm_drop_view('by_admin');
 RESET ROLE;
 
-DROP OWNED BY mmv_test_admin, mmv_test_user;
+-- Internal functions are callable by neither role, not even an admin.
+SET ROLE mmv_test_admin;
+SELECT * FROM mmv_try($$SELECT micromegas._mm_next_version()$$);
+SELECT * FROM mmv_try($$SELECT micromegas._mm_lock_catalog()$$);
+SELECT * FROM mmv_try($$SELECT micromegas._mm_validate('{}', '[]')$$);
+RESET ROLE;
+
+-- micromegas_reader reads the catalog and writes nothing; admin is a member.
+SELECT pg_has_role('micromegas_admin', 'micromegas_reader', 'MEMBER') AS admin_is_reader,
+       rolcanlogin AS reader_can_login FROM pg_roles WHERE rolname = 'micromegas_reader';
+CREATE ROLE mmv_test_reader LOGIN IN ROLE micromegas_reader;
+SELECT replace(micromegas._mm_shipped_log_stats(), 'log_stats', 'explained_by_reader') AS explained \gset
+SET ROLE mmv_test_reader;
+SELECT count(*) > 0 AS lists FROM micromegas.list_view_set_definitions();
+SELECT count(*) > 0 AS lists_sets FROM micromegas.list_view_sets();
+SELECT count(*) > 0 AS snapshots FROM micromegas.mm_view_set_snapshot();
+SELECT count(*) > 0 AS orders FROM micromegas.mm_materialization_order();
+SELECT count(*) > 0 AS dependencies FROM micromegas.list_view_dependencies();
+SELECT count(*) AS violations FROM micromegas.mm_catalog_violations();
+SELECT count(*) > 0 AS selects FROM micromegas.lakehouse_view_set_definitions;
+SELECT view_set_name, would_be FROM micromegas.mm_explain_view(:'explained');
+SELECT * FROM mmv_try($$SELECT micromegas._mm_shipped_log_stats()$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_create_view('CREATE MATERIALIZED VIEW x WITH (update_group = 1)')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_drop_view('log_stats')$$);
+SELECT * FROM mmv_try($$DELETE FROM micromegas.lakehouse_view_set_definitions$$);
+SELECT * FROM mmv_try($$UPDATE micromegas.lakehouse_view_set_definitions SET update_group = 1$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_register_builtin_view_set('svc', '[]', 1000)$$);
+SELECT * FROM mmv_try($$SELECT micromegas._mm_next_version()$$);
+RESET ROLE;
+SELECT count(*) AS explained_view_stored FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'explained_by_reader';
+
+DROP OWNED BY mmv_test_admin, mmv_test_user, mmv_test_reader;
 DROP ROLE mmv_test_admin;
 DROP ROLE mmv_test_user;
+DROP ROLE mmv_test_reader;
+
+-- A role of that name that already exists and can log in is reported.
+\set regress_db :DBNAME
+CREATE DATABASE mmv_gate_roles;
+ALTER ROLE micromegas_reader LOGIN;
+\c mmv_gate_roles
+CREATE EXTENSION micromegas_views;
+\c :regress_db
+ALTER ROLE micromegas_reader NOLOGIN;
+DROP DATABASE mmv_gate_roles;

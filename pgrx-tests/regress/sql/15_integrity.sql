@@ -24,9 +24,6 @@ SELECT * FROM pg_temp.try_create(pg_temp.view('cnt', 'SELECT time, process_id FR
   $$SELECT CAST(count(*) AS INT) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'$$));
 SELECT sqlstate, message FROM pg_temp.try_create(pg_temp.view('cnt', 'SELECT time, process_id FROM log_entries', 'SELECT time, process_id FROM {source}',
   $$SELECT count(*) AS count FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}'$$));
--- The shipped log_stats infers exactly micromegas' fields and nullability.
-SELECT micromegas._mm_format_schema(schema_ipc) AS log_stats_schema
-  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats';
 
 -- 2. Placeholders count where the planned query uses them, not in comments
 --    or strings; table-function arguments go through the volatility check.
