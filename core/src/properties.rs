@@ -45,6 +45,18 @@ pub fn validate_any(selector: u8, query: &str) {
     }
 }
 
+/// For fuzz targets: libFuzzer's panic hook aborts on any panic, even one
+/// the code under test catches on purpose (arrow-ipc's converter panics on
+/// malformed messages; `schema::from_ipc_base64` turns that into an error).
+/// This hook only prints, so a caught panic is no finding, while a broken
+/// property (an assertion on the fuzzing thread) still aborts the run.
+pub fn fuzzing_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| eprintln!("panic: {info}")));
+    });
+}
+
 /// Any text read as a schema (JSON or base64 IPC) ends in a schema or a
 /// user-facing error; an accepted schema round-trips through both stored
 /// forms with the same hash.

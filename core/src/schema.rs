@@ -181,9 +181,26 @@ pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|e| bad(format!("not base64: {e}")))?;
-    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| bad(e.to_string()))?;
-    let schema = reader.schema();
+    // arrow-ipc verifies the flatbuffer, but its conversion to a Schema
+    // still panics on some well-formed yet invalid messages (a schema
+    // without a field list, a list without its child, an unknown unit):
+    // those are the caller's malformed input, not an internal error.
+    let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+            .map(|reader| reader.schema())
+    }));
+    let schema = match decoded {
+        Ok(Ok(schema)) => schema,
+        Ok(Err(e)) => return Err(bad(e.to_string())),
+        Err(panic) => {
+            let cause = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "malformed message".to_string());
+            return Err(bad(format!("the message is malformed: {cause}")));
+        }
+    };
     check_limits(&schema)?;
     Ok(schema)
 }
@@ -608,5 +625,25 @@ mod tests {
         // JSON nested past serde_json's own limit is a complexity error too.
         let e = parse_any(&format!("{}{}", "[".repeat(1000), "]".repeat(1000))).unwrap_err();
         assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    }
+
+    #[test]
+    fn a_message_arrow_ipc_panics_on_is_an_invalid_schema() {
+        // Found by the schema_ipc fuzz target: a verified message whose
+        // schema has no field list (arrow-ipc 59 unwraps it).
+        use base64::Engine;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/schema_ipc/crash-02199c22965833630e3619f6d0e60ad21dcb5660"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        let text = base64::engine::general_purpose::STANDARD.encode(bytes);
+        let e = from_ipc_base64(&text).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidSchema);
+        assert_eq!(e.message, "invalid Arrow IPC schema");
+        assert!(
+            e.detail.as_deref().unwrap().starts_with("the message is malformed: "),
+            "{e}"
+        );
     }
 }

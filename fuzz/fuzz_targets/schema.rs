@@ -3,6 +3,7 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
+    micromegas_views_core::properties::fuzzing_panic_hook();
     if let Ok(text) = std::str::from_utf8(data) {
         micromegas_views_core::properties::schema_any(text);
     }
