@@ -1,7 +1,7 @@
 //! Desired state (files) vs current state (the table): the plan, its
 //! rendering and its application.
 
-use micromegas_views_core::{ddl, Statement};
+use micromegas_views_core::{ddl, Definition, Statement};
 use similar::{ChangeTag, TextDiff};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -24,33 +24,52 @@ pub fn pg_error(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// The text two statements are compared by: line endings, surrounding
-/// whitespace and a trailing `;` do not count, nor `OR REPLACE`.
-pub fn canonical(statement: &str) -> String {
-    let text = statement.replace("\r\n", "\n").replace('\r', "\n");
-    let text = text.trim();
-    let text = text.strip_suffix(';').unwrap_or(text).trim_end();
-    let lower = text.to_ascii_lowercase();
-    let prefix = "create or replace materialized view";
-    if lower.starts_with(prefix) {
-        format!("CREATE MATERIALIZED VIEW{}", &text[prefix.len()..])
-    } else if lower.starts_with("create materialized view") {
-        format!(
-            "CREATE MATERIALIZED VIEW{}",
-            &text["create materialized view".len()..]
-        )
-    } else {
-        text.to_string()
+/// The definition a statement describes, when it parses. Line ends are
+/// read as `\n` everywhere, inside the queries too: a file checked out with
+/// CRLF defines the same view.
+fn definition(statement: &str) -> Option<Definition> {
+    let statement = statement.replace("\r\n", "\n").replace('\r', "\n");
+    match ddl::parse(&statement) {
+        Ok(Statement::Create(create)) => Definition::from_statement(&create).ok(),
+        _ => None,
     }
 }
 
-/// The statement as apply sends it: OR REPLACE when the view exists.
+/// Line ends, surrounding whitespace and a trailing `;` of a text.
+fn normalized(statement: &str) -> String {
+    let text = statement.replace("\r\n", "\n").replace('\r', "\n");
+    let text = text.trim();
+    text.strip_suffix(';')
+        .unwrap_or(text)
+        .trim_end()
+        .to_string()
+}
+
+/// Two statements define the same view when their parsed definitions are
+/// equal: comments, layout, keyword case, `OR REPLACE` and a trailing `;` do
+/// not count. Text that does not parse is compared as written.
+pub fn same_definition(a: &str, b: &str) -> bool {
+    match (definition(a), definition(b)) {
+        (Some(x), Some(y)) => x == y,
+        _ => normalized(a) == normalized(b),
+    }
+}
+
+/// What the plan's diff shows of a statement: its definition rendered
+/// canonically (one option per line), or its text when it does not parse.
+fn shown(statement: &str) -> String {
+    definition(statement)
+        .map(|d| d.render(false))
+        .unwrap_or_else(|| normalized(statement))
+}
+
+/// The statement as apply sends it when the view exists: the file's own
+/// text with OR REPLACE after its CREATE keyword (found by the parser).
 fn with_or_replace(statement: &str) -> String {
-    let c = canonical(statement);
-    format!(
-        "CREATE OR REPLACE MATERIALIZED VIEW{}",
-        &c["CREATE MATERIALIZED VIEW".len()..]
-    )
+    match ddl::parse(statement) {
+        Ok(Statement::Create(create)) => create.with_or_replace(statement),
+        _ => statement.to_string(),
+    }
 }
 
 #[derive(Debug)]
@@ -105,7 +124,7 @@ impl Plan {
                     statement, current, ..
                 } => {
                     let _ = writeln!(out, "{}", paint("33", &format!("~ replace {name}")));
-                    let (old, new) = (canonical(current), canonical(statement));
+                    let (old, new) = (shown(current), shown(statement));
                     let diff = TextDiff::from_lines(&old, &new);
                     for change in diff.iter_all_changes() {
                         let line = change.to_string_lossy();
@@ -316,7 +335,7 @@ pub async fn make(client: &Client, dir: &Path, prune: bool) -> Result<Plan, Stri
                 statement: text.clone(),
                 group,
             },
-            Some((sql, _)) if canonical(sql) == canonical(text) => Action::Unchanged,
+            Some((sql, _)) if same_definition(sql, text) => Action::Unchanged,
             Some((sql, _)) => Action::Replace {
                 statement: text.clone(),
                 current: sql.clone(),
@@ -338,16 +357,36 @@ pub async fn make(client: &Client, dir: &Path, prune: bool) -> Result<Plan, Stri
 
 #[cfg(test)]
 mod tests {
-    use super::canonical;
+    use super::{same_definition, with_or_replace};
+
+    const V: &str = "CREATE MATERIALIZED VIEW v WITH (extract_query = 'SELECT 1', count_src_query = 'SELECT 2', merge_partitions_query = 'SELECT 3', update_group = 1, time_column = 't')";
 
     #[test]
-    fn canonicalization() {
-        let a = "create or replace materialized view v WITH (a = 1);\r\n";
-        let b = "  CREATE MATERIALIZED VIEW v WITH (a = 1)  ";
-        assert_eq!(canonical(a), canonical(b));
-        assert_ne!(
-            canonical(b),
-            canonical("CREATE MATERIALIZED VIEW v WITH (a = 2)")
+    fn definitions_compare_parsed() {
+        let commented = format!(
+            "-- Owner: équipe données\r\n{}\r\n",
+            V.replace("CREATE", "create or replace")
+        );
+        assert!(same_definition(V, &commented));
+        assert!(same_definition(V, &format!("{V};")));
+        assert!(!same_definition(
+            V,
+            &V.replace("update_group = 1", "update_group = 2")
+        ));
+        // Text that does not parse is compared as written.
+        assert!(same_definition("nonsense;", "nonsense"));
+        assert!(!same_definition(V, "nonsense"));
+    }
+
+    #[test]
+    fn or_replace_keeps_the_file_as_written() {
+        let file = format!("-- Owner: équipe données\r\n{V}\r\n");
+        assert_eq!(
+            with_or_replace(&file),
+            format!(
+                "-- Owner: équipe données\r\n{}\r\n",
+                V.replace("CREATE", "CREATE OR REPLACE")
+            )
         );
     }
 }

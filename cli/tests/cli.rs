@@ -322,6 +322,58 @@ fn an_apply_that_fails_midway_leaves_the_database_unchanged() {
 }
 
 #[test]
+fn a_file_with_leading_comments_non_ascii_and_crlf_round_trips() {
+    let dsn = database("mmv_cli_comments");
+    let dir = workdir("comments");
+    assert!(cli(&dsn, &["pull", dir.to_str().unwrap()]).status.success());
+    let pulled = std::fs::read_to_string(dir.join("log_stats.sql")).unwrap();
+    let annotated = |text: &str| {
+        format!(
+            "-- Owner: équipe données\r\n/* CREATE MATERIALIZED VIEW in a comment */\r\n{}",
+            text.replace('\n', "\r\n")
+        )
+    };
+    // A comment and CRLF line ends change no definition.
+    write(&dir, "log_stats", &annotated(&pulled));
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("unchanged log_stats"),
+        "{}",
+        stdout(&out)
+    );
+    // A real change in such a file plans and applies, and is stored as written.
+    let edited = annotated(&pulled.replace("'1 minute'", "'5 minutes'"));
+    write(&dir, "log_stats", &edited);
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("~ replace log_stats"),
+        "{}",
+        stdout(&out)
+    );
+    let out = cli(&dsn, &["apply", dir.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = query(
+        &dsn,
+        "SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'",
+    );
+    assert!(stored.starts_with("-- Owner: équipe données"), "{stored}");
+    assert!(
+        stored.contains("CREATE OR REPLACE MATERIALIZED VIEW log_stats"),
+        "{stored}"
+    );
+    assert!(stored.contains("'5 minutes'"), "{stored}");
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+}
+
+#[test]
 fn every_subcommand_has_help() {
     for sub in ["plan", "apply", "pull", "list", "show"] {
         let out = Command::new(env!("CARGO_BIN_EXE_micromegas-views"))

@@ -28,6 +28,35 @@ pub struct CreateStatement {
     pub or_replace: bool,
     pub name: String,
     pub options: Vec<RawOption>,
+    /// Where the `CREATE` keyword ends in the text (line and column, 1-based,
+    /// counted in characters): `OR REPLACE` goes right there.
+    pub create_keyword_end: (u64, u64),
+}
+
+impl CreateStatement {
+    /// `text` (the statement this was parsed from) with `OR REPLACE` after
+    /// its `CREATE` keyword, everything else — comments, layout, non-ASCII
+    /// text, line ends — as written. Unchanged when it already replaces.
+    pub fn with_or_replace(&self, text: &str) -> String {
+        if self.or_replace {
+            return text.to_string();
+        }
+        let (line, column) = self.create_keyword_end;
+        let mut current = (1u64, 1u64);
+        let mut at = text.len();
+        for (offset, c) in text.char_indices() {
+            if current == (line, column) {
+                at = offset;
+                break;
+            }
+            current = if c == '\n' {
+                (current.0 + 1, 1)
+            } else {
+                (current.0, current.1 + 1)
+            };
+        }
+        format!("{} OR REPLACE{}", &text[..at], &text[at..])
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +226,9 @@ impl Parser {
     }
 
     fn create(&mut self) -> Result<CreateStatement> {
+        let create_end = self.peek().map(|t| t.span.end);
         self.keyword(Keyword::CREATE, "CREATE")?;
+        let create_end = create_end.expect("a CREATE token was consumed");
         let or_replace = if self.optional_keyword(Keyword::OR) {
             self.keyword(Keyword::REPLACE, "REPLACE")?;
             true
@@ -234,6 +265,7 @@ impl Parser {
             or_replace,
             name,
             options,
+            create_keyword_end: (create_end.line, create_end.column),
         })
     }
 
@@ -446,5 +478,23 @@ mod tests {
             "x".repeat(MAX_STATEMENT_BYTES)
         );
         assert_eq!(parse(&text).unwrap_err().kind, ErrorKind::ProgramLimit);
+    }
+
+    #[test]
+    fn or_replace_goes_after_the_create_keyword_as_written() {
+        let text = "-- Owner: équipe données\r\n/* CREATE here is a comment */\r\n  create\tmaterialized view v WITH (update_group = 1);\r\n";
+        let Statement::Create(c) = parse(text).unwrap() else {
+            panic!("a CREATE")
+        };
+        let replaced = c.with_or_replace(text);
+        assert_eq!(
+            replaced,
+            "-- Owner: équipe données\r\n/* CREATE here is a comment */\r\n  create OR REPLACE\tmaterialized view v WITH (update_group = 1);\r\n"
+        );
+        let Statement::Create(again) = parse(&replaced).unwrap() else {
+            panic!("a CREATE")
+        };
+        assert!(again.or_replace);
+        assert_eq!(again.with_or_replace(&replaced), replaced);
     }
 }

@@ -642,7 +642,10 @@ mod tests {
         assert_eq!(e.kind, ErrorKind::InvalidSchema);
         assert_eq!(e.message, "invalid Arrow IPC schema");
         assert!(
-            e.detail.as_deref().unwrap().starts_with("the message is malformed: "),
+            e.detail
+                .as_deref()
+                .unwrap()
+                .starts_with("the message is malformed: "),
             "{e}"
         );
     }
