@@ -29,9 +29,9 @@ fn definition(name: &str, or_replace: bool) -> String {
 }
 
 async fn connect(dsn: &str) -> Client {
-    let (client, connection) = tokio_postgres::connect(dsn, NoTls).await.expect("connect");
-    tokio::spawn(connection);
-    client
+    micromegas_views_client::connect(dsn)
+        .await
+        .expect("connect")
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> f64 {

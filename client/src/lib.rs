@@ -6,7 +6,8 @@
 //! notification; it also polls `mm_catalog_version()` every
 //! `poll_interval`, so a missed notification (or a replica, where NOTIFY never
 //! arrives) still converges. A failed reload keeps the last good snapshot; a
-//! lost connection is re-established with exponential backoff.
+//! lost connection is re-established with exponential backoff ([`Backoff`]),
+//! and every failure is logged through `tracing`.
 
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -87,12 +88,18 @@ pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::
 /// `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD` environment, as
 /// libpq reads it), and drives the connection in the background.
 pub async fn connect(dsn: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = connection_config(dsn)?.connect(NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+/// The one place a connection is configured: the connection string, the
+/// libpq environment for what it leaves unset, and the application name.
+pub fn connection_config(dsn: &str) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
     let mut config: tokio_postgres::Config = dsn.parse()?;
     apply_libpq_environment(&mut config);
     config.application_name(APPLICATION_NAME);
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(connection);
-    Ok(client)
+    Ok(config)
 }
 
 /// Fills what the connection string left unset from the libpq environment.
@@ -216,36 +223,96 @@ impl Drop for Watcher {
     }
 }
 
+/// How long to wait before the next connection attempt: doubling from
+/// `min` to `max` while attempts fail, back to `min` only once a connection
+/// was established (and then lost).
+#[derive(Debug, Clone)]
+pub struct Backoff {
+    min: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    pub fn new(min: Duration, max: Duration) -> Self {
+        Backoff {
+            min,
+            max,
+            next: min,
+        }
+    }
+
+    /// The wait after a failed session; `connected` says whether it got a
+    /// connection before failing.
+    pub fn after_failure(&mut self, connected: bool) -> Duration {
+        if connected {
+            self.next = self.min;
+        }
+        let wait = self.next;
+        self.next = (self.next * 2).min(self.max);
+        wait
+    }
+}
+
+/// Why a session ended without every receiver being gone.
+struct Failure {
+    connected: bool,
+    error: tokio_postgres::Error,
+}
+
 async fn run(config: Config, sender: watch::Sender<Arc<Snapshot>>) {
-    let mut backoff = config.min_backoff;
+    let mut backoff = Backoff::new(config.min_backoff, config.max_backoff);
     loop {
         match session(&config, &sender).await {
             Ok(()) => return, // every receiver is gone
-            Err(_) => {
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(config.max_backoff);
+            Err(failure) => {
+                let wait = backoff.after_failure(failure.connected);
+                tracing::warn!(
+                    error = %failure.error,
+                    connected = failure.connected,
+                    retry_in_ms = wait.as_millis() as u64,
+                    version = sender.borrow().version,
+                    "micromegas_views watcher: session failed; keeping the last snapshot and reconnecting"
+                );
+                tokio::time::sleep(wait).await;
             }
         }
         if sender.is_closed() {
             return;
-        }
-        // A session that got as far as loading resets the backoff.
-        if sender.borrow().version > 0 {
-            backoff = config.min_backoff;
         }
     }
 }
 
 /// One connection's life: LISTEN, load, then reload on notifications and on
 /// the poll timer until the connection fails.
-async fn session(
+async fn session(config: &Config, sender: &watch::Sender<Arc<Snapshot>>) -> Result<(), Failure> {
+    let not_connected = |error| Failure {
+        connected: false,
+        error,
+    };
+    let (client, connection) = connection_config(&config.dsn)
+        .map_err(not_connected)?
+        .connect(NoTls)
+        .await
+        .map_err(not_connected)?;
+    tracing::debug!("micromegas_views watcher: connected");
+    connected_session(config, sender, client, connection)
+        .await
+        .map_err(|error| Failure {
+            connected: true,
+            error,
+        })
+}
+
+async fn connected_session(
     config: &Config,
     sender: &watch::Sender<Arc<Snapshot>>,
+    client: Client,
+    mut connection: tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        tokio_postgres::tls::NoTlsStream,
+    >,
 ) -> Result<(), tokio_postgres::Error> {
-    let mut pg_config: tokio_postgres::Config = config.dsn.parse()?;
-    apply_libpq_environment(&mut pg_config);
-    pg_config.application_name(APPLICATION_NAME);
-    let (client, mut connection) = pg_config.connect(NoTls).await?;
     let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<Option<i64>>();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -317,4 +384,27 @@ async fn reload_if_newer(
         sender.send_replace(Arc::new(snapshot));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Backoff;
+    use std::time::Duration;
+
+    #[test]
+    fn backoff_grows_while_unreachable_and_resets_only_after_a_connection() {
+        let ms = Duration::from_millis;
+        let mut b = Backoff::new(ms(100), ms(1000));
+        // The database is unreachable: every attempt fails to connect.
+        let waits: Vec<_> = (0..6).map(|_| b.after_failure(false)).collect();
+        assert_eq!(
+            waits,
+            [ms(100), ms(200), ms(400), ms(800), ms(1000), ms(1000)]
+        );
+        // A session that connected, then lost its connection, starts over...
+        assert_eq!(b.after_failure(true), ms(100));
+        // ... and grows again while the reconnection attempts fail.
+        assert_eq!(b.after_failure(false), ms(200));
+        assert_eq!(b.after_failure(false), ms(400));
+    }
 }
