@@ -41,6 +41,15 @@ describe() {
     UNION ALL
     SELECT 'config ' || unnest(extconfig)::regclass || ' ' || array_to_string(extcondition, ';')
       FROM pg_extension WHERE extname = 'micromegas_views'
+    UNION ALL
+    SELECT 'extension schema ' || extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'micromegas_views'
+    UNION ALL
+    SELECT 'dependency ' || pg_describe_object(classid, objid, 0) || ' -> ' || pg_describe_object(refclassid, refobjid, 0) || ' ' || deptype::text
+      FROM pg_depend
+     WHERE (classid = 'pg_extension'::regclass AND objid = (SELECT oid FROM pg_extension WHERE extname = 'micromegas_views')
+            AND refclassid = 'pg_namespace'::regclass)
+        OR (classid = 'pg_namespace'::regclass AND refclassid = 'pg_extension'::regclass
+            AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'micromegas_views'))
     ORDER BY 1"
 }
 # The definitions an upgrade must keep as they were (a re-validation may
@@ -69,6 +78,8 @@ status=0
 for script in "$root"/sql/archive/micromegas_views--*.sql; do
   from=$(basename "$script" .sql | sed 's/^micromegas_views--//')
   cp "$script" "$extdir/"
+  # A released version's own control settings (e.g. the schema it used).
+  [ -f "${script%.sql}.control" ] && cp "${script%.sql}.control" "$extdir/"
   db="mmv_upgrade_${from//./_}"
   q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
   q "$db" -c "CREATE EXTENSION micromegas_views VERSION '$from'"

@@ -18,7 +18,8 @@
 -- * micromegas_reader reads the catalog and micromegas_admin, its member,
 --   changes it; internal functions are callable by neither (the functions
 --   and triggers that need them are SECURITY DEFINER);
--- * the catalog version is dumped, and a restore continues above it.
+-- * the catalog version is dumped, and a restore continues above it;
+-- * the extension is recorded in schema micromegas, not public.
 --
 -- The rule for every upgrade script: the objects an upgraded database ends
 -- up with must be exactly those of a fresh CREATE EXTENSION of the new
@@ -26,6 +27,22 @@
 -- of every table is kept. Never drop or rename a Rust function a released
 -- install script names (AS 'MODULE_PATHNAME', '..._wrapper'): the old
 -- version's script must still install against the new library.
+
+-- The extension moves from schema public (where 0.1.0 and 0.1.1 recorded
+-- it, as their control file named none) to micromegas, as a fresh install
+-- of this version records it (control file: schema = micromegas). A schema
+-- that contains its extension cannot also be a member of it, so the schema
+-- stops being one first; DROP SCHEMA public CASCADE then leaves the
+-- extension alone.
+ALTER EXTENSION micromegas_views DROP SCHEMA micromegas;
+UPDATE pg_catalog.pg_depend d
+   SET refobjid = 'micromegas'::regnamespace
+ WHERE d.classid = 'pg_catalog.pg_extension'::regclass
+   AND d.objid = (SELECT e.oid FROM pg_catalog.pg_extension e WHERE e.extname = 'micromegas_views')
+   AND d.refclassid = 'pg_catalog.pg_namespace'::regclass
+   AND d.deptype = 'n';
+UPDATE pg_catalog.pg_extension SET extnamespace = 'micromegas'::regnamespace
+ WHERE extname = 'micromegas_views';
 
 -- New Rust functions (internal: callable by neither role).
 CREATE  FUNCTION micromegas."_mm_check_name"(

@@ -7,7 +7,9 @@
 -- lock, validation) that neither role may call directly; who may write is
 -- decided by the table privileges checked before any trigger runs.
 
-CREATE SCHEMA micromegas;
+-- The schema is the control file's (schema = micromegas): Postgres creates
+-- it before this script when it does not exist, and records the extension
+-- in it, so DROP SCHEMA public CASCADE never reaches the catalog.
 COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definitions';
 
 -- The two roles: micromegas_reader reads the catalog (the daemon, a

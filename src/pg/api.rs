@@ -62,7 +62,10 @@ fn normalized_schema(text: &str) -> Result<Value> {
     }))
 }
 
-#[pg_schema]
+/// The SQL-callable steps. They are created unqualified, in the extension's
+/// schema (`schema = micromegas` in the control file): a `#[pg_schema]`
+/// module would emit `CREATE SCHEMA IF NOT EXISTS`, which Postgres refuses
+/// for a schema the extension does not own.
 mod micromegas {
     use super::*;
 

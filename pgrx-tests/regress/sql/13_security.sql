@@ -50,3 +50,16 @@ SELECT p.proname
 DROP OWNED BY mmv_test_planter;
 DROP ROLE mmv_test_planter;
 DROP TABLE planted_calls;
+
+-- The extension is recorded in its own schema, so the database owner's
+-- DROP SCHEMA public CASCADE leaves it (and every definition) alone.
+\set regress_db :DBNAME
+CREATE DATABASE mmv_public_drop;
+\c mmv_public_drop
+CREATE EXTENSION micromegas_views;
+SELECT extnamespace::regnamespace AS extension_schema FROM pg_extension WHERE extname = 'micromegas_views';
+DROP SCHEMA public CASCADE;
+SELECT extname, extversion FROM pg_extension WHERE extname = 'micromegas_views';
+SELECT count(*) AS definitions_left FROM micromegas.lakehouse_view_set_definitions;
+\c :regress_db
+DROP DATABASE mmv_public_drop;
