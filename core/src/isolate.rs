@@ -151,21 +151,19 @@ fn spawn_helper() -> Result<Helper> {
     let (sender, receiver) = channel::<Job>();
     let busy = Arc::new(AtomicBool::new(false));
     let mut receiver = Some(receiver);
-    let thread_busy = Arc::clone(&busy);
     let mut spawned = Err(Error::internal("the planning thread was not started"));
     let mut start = || {
         let Some(receiver) = receiver.take() else {
             return;
         };
-        let busy = Arc::clone(&thread_busy);
         ALIVE.fetch_add(1, Ordering::SeqCst);
         spawned = std::thread::Builder::new()
             .name("micromegas-views-planner".into())
             .stack_size(STACK_BYTES)
             .spawn(move || {
+                // Each job clears its helper's `busy` flag itself, before it replies.
                 for job in receiver {
                     job();
-                    busy.store(false, Ordering::SeqCst);
                 }
                 ALIVE.fetch_sub(1, Ordering::SeqCst);
             })
@@ -249,6 +247,8 @@ where
 {
     let (reply, answer) = channel::<Result<T>>();
     let cancelled = Arc::clone(&budget.cancelled);
+    let (sender, busy) = helper_for_new_job()?;
+    let done = Arc::clone(&busy);
     let job: Job = Box::new(move || {
         BUDGET.with(|b| *b.borrow_mut() = Some(budget));
         set_phase("validation");
@@ -260,9 +260,12 @@ where
             ),
         };
         BUDGET.with(|b| *b.borrow_mut() = None);
+        // Free before the caller can see the answer and submit again: a
+        // caller must never find its helper busy with a job it already has
+        // the answer of (it would start a needless new helper).
+        done.store(false, Ordering::SeqCst);
         let _ = reply.send(result);
     });
-    let (sender, busy) = helper_for_new_job()?;
     if sender.send(job).is_err() {
         busy.store(false, Ordering::SeqCst);
         return Err(Error::internal("the planning thread is gone"));
