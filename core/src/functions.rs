@@ -6,7 +6,7 @@
 //! The registry never changes, so it is built once per process (per backend).
 
 use arrow_schema::{DataType, Field, FieldRef, Fields};
-use datafusion_common::{not_impl_err, Result as DfResult};
+use datafusion_common::{not_impl_err, plan_err, Result as DfResult};
 use datafusion_expr::function::AccumulatorArgs;
 use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{
@@ -197,10 +197,112 @@ impl ScalarUDFImpl for NullPropagating {
     }
 }
 
+/// What a micromegas function takes in one argument position. micromegas
+/// declares these functions with `Signature::any`, so a wrong argument only
+/// fails when a partition is materialized; the stand-ins here refuse it at
+/// CREATE instead, leniently (any width of string, binary or list, and
+/// dictionaries of them, and NULL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Arg {
+    /// A string (the key, the JSON text, the path).
+    Str,
+    /// A jsonb value: binary.
+    Jsonb,
+    /// A property set: a list of key/value structs, or jsonb.
+    Properties,
+    /// A histogram (the struct make_histogram produces).
+    Histogram,
+    /// A number.
+    Number,
+    /// Anything (the position is not constrained here).
+    Any,
+}
+
+impl Arg {
+    fn accepts(self, t: &DataType) -> bool {
+        use DataType::*;
+        let inner = match t {
+            Dictionary(_, value) => value.as_ref(),
+            other => other,
+        };
+        if matches!(inner, Null) {
+            return true;
+        }
+        let binary = matches!(
+            inner,
+            Binary | LargeBinary | BinaryView | FixedSizeBinary(_)
+        );
+        match self {
+            Arg::Str => matches!(inner, Utf8 | LargeUtf8 | Utf8View),
+            Arg::Jsonb => binary,
+            Arg::Properties => binary || matches!(inner, List(_) | LargeList(_) | ListView(_)),
+            Arg::Histogram => matches!(inner, Struct(_)),
+            Arg::Number => inner.is_numeric(),
+            Arg::Any => true,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Arg::Str => "a string",
+            Arg::Jsonb => "a jsonb value (binary)",
+            Arg::Properties => "a property set (a list of key/value pairs, or jsonb)",
+            Arg::Histogram => "a histogram (as make_histogram produces)",
+            Arg::Number => "a number",
+            Arg::Any => "any value",
+        }
+    }
+}
+
+thread_local! {
+    /// The last argument problem found while planning on this thread:
+    /// DataFusion wraps a coercion error in its own words, so the planner
+    /// reports this message instead (and DataFusion's in DETAIL).
+    static ARG_PROBLEM: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Takes (and clears) the last argument problem of this thread.
+pub fn take_arg_problem() -> Option<String> {
+    ARG_PROBLEM.with(|p| p.borrow_mut().take())
+}
+
+/// The argument check of a micromegas function: the count, then each kind.
+fn check_args(name: &str, kinds: &[Arg], arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+    let problem = if arg_types.len() != kinds.len() {
+        Some(format!(
+            "{name}() takes {} argument{}, not {}",
+            kinds.len(),
+            if kinds.len() == 1 { "" } else { "s" },
+            arg_types.len()
+        ))
+    } else {
+        kinds
+            .iter()
+            .zip(arg_types)
+            .enumerate()
+            .find(|(_, (kind, t))| !kind.accepts(t))
+            .map(|(i, (kind, t))| {
+                format!(
+                    "{name}() argument {} must be {}, not {t}",
+                    i + 1,
+                    kind.describe()
+                )
+            })
+    };
+    match problem {
+        Some(message) => {
+            ARG_PROBLEM.with(|p| *p.borrow_mut() = Some(message.clone()));
+            plan_err!("{message}")
+        }
+        None => Ok(arg_types.to_vec()),
+    }
+}
+
 /// A scalar function known by its signature only.
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct SignatureOnly {
     name: &'static str,
+    args: &'static [Arg],
     signature: Signature,
     returns: DataType,
 }
@@ -211,6 +313,9 @@ impl ScalarUDFImpl for SignatureOnly {
     }
     fn signature(&self) -> &Signature {
         &self.signature
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        check_args(self.name, self.args, arg_types)
     }
     fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
         Ok(self.returns.clone())
@@ -224,6 +329,7 @@ impl ScalarUDFImpl for SignatureOnly {
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct AggregateSignatureOnly {
     name: &'static str,
+    args: &'static [Arg],
     signature: Signature,
     returns: DataType,
 }
@@ -235,6 +341,9 @@ impl AggregateUDFImpl for AggregateSignatureOnly {
     fn signature(&self) -> &Signature {
         &self.signature
     }
+    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
+        check_args(self.name, self.args, arg_types)
+    }
     fn return_type(&self, _arg_types: &[DataType]) -> DfResult<DataType> {
         Ok(self.returns.clone())
     }
@@ -243,47 +352,60 @@ impl AggregateUDFImpl for AggregateSignatureOnly {
     }
 }
 
-fn scalar(name: &'static str, args: usize, returns: DataType) -> Arc<ScalarUDF> {
+fn scalar(name: &'static str, args: &'static [Arg], returns: DataType) -> Arc<ScalarUDF> {
     Arc::new(ScalarUDF::new_from_impl(SignatureOnly {
         name,
-        signature: Signature::any(args, Volatility::Immutable),
+        args,
+        signature: Signature::user_defined(Volatility::Immutable),
         returns,
     }))
 }
 
 fn micromegas_scalars() -> Vec<Arc<ScalarUDF>> {
     vec![
-        scalar("property_get", 2, dict_utf8()),
+        scalar("property_get", &[Arg::Properties, Arg::Str], dict_utf8()),
         scalar(
             "properties_to_dict",
-            1,
+            &[Arg::Properties],
             DataType::Dictionary(Box::new(DataType::Int32), Box::new(property_list())),
         ),
-        scalar("properties_to_jsonb", 1, DataType::Binary),
-        scalar("properties_to_array", 1, property_list()),
-        scalar("properties_length", 1, DataType::Int32),
-        scalar("jsonb_parse", 1, DataType::Binary),
-        scalar("jsonb_format_json", 1, DataType::Utf8),
-        scalar("jsonb_get", 2, DataType::Binary),
-        scalar("jsonb_as_string", 1, DataType::Utf8),
-        scalar("jsonb_as_f64", 1, DataType::Float64),
-        scalar("jsonb_as_i64", 1, DataType::Int64),
-        scalar("jsonb_array_length", 1, DataType::Int64),
+        scalar("properties_to_jsonb", &[Arg::Properties], DataType::Binary),
+        scalar("properties_to_array", &[Arg::Properties], property_list()),
+        scalar("properties_length", &[Arg::Properties], DataType::Int32),
+        scalar("jsonb_parse", &[Arg::Str], DataType::Binary),
+        scalar("jsonb_format_json", &[Arg::Jsonb], DataType::Utf8),
+        scalar("jsonb_get", &[Arg::Jsonb, Arg::Any], DataType::Binary),
+        scalar("jsonb_as_string", &[Arg::Jsonb], DataType::Utf8),
+        scalar("jsonb_as_f64", &[Arg::Jsonb], DataType::Float64),
+        scalar("jsonb_as_i64", &[Arg::Jsonb], DataType::Int64),
+        scalar("jsonb_array_length", &[Arg::Jsonb], DataType::Int64),
         scalar(
             "jsonb_object_keys",
-            1,
+            &[Arg::Jsonb],
             DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))),
         ),
-        scalar("jsonb_path_query_first", 2, DataType::Binary),
+        scalar(
+            "jsonb_path_query_first",
+            &[Arg::Jsonb, Arg::Str],
+            DataType::Binary,
+        ),
         scalar(
             "jsonb_path_query",
-            2,
+            &[Arg::Jsonb, Arg::Str],
             DataType::List(Arc::new(Field::new("item", DataType::Binary, true))),
         ),
-        scalar("quantile_from_histogram", 2, DataType::Float64),
-        scalar("variance_from_histogram", 1, DataType::Float64),
-        scalar("count_from_histogram", 1, DataType::UInt64),
-        scalar("sum_from_histogram", 1, DataType::Float64),
+        scalar(
+            "quantile_from_histogram",
+            &[Arg::Histogram, Arg::Number],
+            DataType::Float64,
+        ),
+        scalar(
+            "variance_from_histogram",
+            &[Arg::Histogram],
+            DataType::Float64,
+        ),
+        scalar("count_from_histogram", &[Arg::Histogram], DataType::UInt64),
+        scalar("sum_from_histogram", &[Arg::Histogram], DataType::Float64),
     ]
 }
 
@@ -291,12 +413,14 @@ fn micromegas_aggregates() -> Vec<Arc<AggregateUDF>> {
     vec![
         Arc::new(AggregateUDF::new_from_impl(AggregateSignatureOnly {
             name: "make_histogram",
-            signature: Signature::any(4, Volatility::Immutable),
+            args: &[Arg::Number, Arg::Number, Arg::Number, Arg::Number],
+            signature: Signature::user_defined(Volatility::Immutable),
             returns: histogram_type(),
         })),
         Arc::new(AggregateUDF::new_from_impl(AggregateSignatureOnly {
             name: "sum_histograms",
-            signature: Signature::any(1, Volatility::Immutable),
+            args: &[Arg::Histogram],
+            signature: Signature::user_defined(Volatility::Immutable),
             returns: histogram_type(),
         })),
     ]

@@ -503,6 +503,7 @@ pub fn plan(
     };
     isolate::set_phase(option);
     isolate::checkpoint()?;
+    crate::functions::take_arg_problem();
     let limit = isolate::max_plan_nodes();
     let estimate = estimate_plan_nodes(&query);
     if estimate > limit as u64 {
@@ -539,6 +540,10 @@ pub fn plan(
             .with_detail(format!(
                 "\"{name}\" is only reachable through view_instance(), which a definition may not call."
             ));
+        }
+        if let Some(problem) = crate::functions::take_arg_problem() {
+            return Error::definition(format!("{option} does not plan: {problem}"))
+                .with_detail(detail);
         }
         if let Some(name) = provider.missing.borrow().first() {
             return Error::definition(format!(

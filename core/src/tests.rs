@@ -530,6 +530,50 @@ fn real_micromegas_functions_plan() {
 }
 
 #[test]
+fn micromegas_functions_refuse_wrong_argument_kinds() {
+    let refused = |select: &str| -> String {
+        let extract = format!("SELECT time, process_id, {select} AS x FROM log_entries");
+        rejected(&[
+            ("extract_query", extract.as_str()),
+            (
+                "merge_partitions_query",
+                "SELECT time, process_id, x FROM {source}",
+            ),
+            ("time_column", "time"),
+            ("merge_sort_order", "time"),
+        ])
+    };
+    assert_eq!(
+        refused("property_get(properties, 42)"),
+        "extract_query does not plan: property_get() argument 2 must be a string, not Int64"
+    );
+    assert_eq!(
+        refused("property_get(level, 'exe')"),
+        "extract_query does not plan: property_get() argument 1 must be a property set (a list of key/value pairs, or jsonb), not Int32"
+    );
+    assert_eq!(
+        refused("jsonb_as_string(msg)"),
+        "extract_query does not plan: jsonb_as_string() argument 1 must be a jsonb value (binary), not Utf8"
+    );
+    assert_eq!(
+        refused("jsonb_parse(msg, msg)"),
+        "extract_query does not plan: jsonb_parse() takes 1 argument, not 2"
+    );
+    assert_eq!(
+        refused("quantile_from_histogram(level, 0.5)"),
+        "extract_query does not plan: quantile_from_histogram() argument 1 must be a histogram (as make_histogram produces), not Int32"
+    );
+    // Dictionaries, other string widths and NULL are accepted.
+    assert!(check(&[
+        ("extract_query", "SELECT time, process_id, property_get(properties, arrow_cast(msg, 'LargeUtf8')) AS a, jsonb_as_string(jsonb_parse(target)) AS b, jsonb_as_string(NULL) AS c FROM log_entries"),
+        ("merge_partitions_query", "SELECT time, process_id, a, b, c FROM {source}"),
+        ("time_column", "time"),
+        ("merge_sort_order", "time"),
+    ])
+    .is_ok());
+}
+
+#[test]
 fn relations_are_collected_for_the_catalog_snapshot() {
     let d = definition(&over_log_stats("4000"));
     assert_eq!(referenced_relations(&d).unwrap(), ["blocks", "log_stats"]);
