@@ -798,3 +798,42 @@ fn builtin_nullability_matches_micromegas() {
         &arrow_schema::DataType::Utf8
     );
 }
+
+#[test]
+fn shipped_schema_hashes_are_pinned() {
+    // The hashes services compare partitions with; a change here retires
+    // every partition of these view sets. Never update them silently.
+    let catalog = builtin_catalog();
+    let hash = |name: &str| {
+        format!(
+            "{:016x}",
+            schema::schema_hash(&catalog.get(name).unwrap().schema)
+        )
+    };
+    let mut got: Vec<(String, String)> =
+        ["blocks", "log_entries", "measures", "processes", "streams"]
+            .iter()
+            .map(|n| (n.to_string(), hash(n)))
+            .collect();
+    let log_stats = validate(&definition(LOG_STATS_SQL), &catalog).unwrap();
+    got.push((
+        "log_stats".into(),
+        format!("{:016x}", log_stats.schema_hash),
+    ));
+    assert_eq!(
+        got,
+        PINNED_SHIPPED
+            .iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect::<Vec<_>>()
+    );
+}
+
+const PINNED_SHIPPED: &[(&str, &str)] = &[
+    ("blocks", "c9edb7274850300f"),
+    ("log_entries", "b6ed80fad0a7b270"),
+    ("measures", "723d34a86dbb79cf"),
+    ("processes", "213fb76e3e70d75d"),
+    ("streams", "979ba96a330379ef"), // 0.1.2 added its format column
+    ("log_stats", "8ab9272d00433e0a"),
+];
