@@ -208,6 +208,32 @@ impl OptionValues {
     /// Applies the required/default rules and the formats of seed 000.
     pub fn into_definition(self, name: &str) -> Result<Definition> {
         check_view_name(name)?;
+        // The statement's size limit, for every path (a statement's values
+        // are shorter than it; a row's columns or the named arguments are
+        // checked here).
+        let size: usize = [
+            &self.extract_query,
+            &self.count_src_query,
+            &self.merge_partitions_query,
+            &self.time_column,
+            &self.min_time_column,
+            &self.max_time_column,
+            &self.source_partition_delta,
+            &self.merge_partition_delta,
+            &self.merge_sort_order,
+        ]
+        .iter()
+        .map(|v| v.as_ref().map_or(0, String::len))
+        .sum();
+        if size > crate::ddl::MAX_STATEMENT_BYTES {
+            return Err(Error::new(
+                ErrorKind::ProgramLimit,
+                format!(
+                    "definition of \"{name}\" is too long: {size} bytes of options, the limit is {} bytes",
+                    crate::ddl::MAX_STATEMENT_BYTES
+                ),
+            ));
+        }
         let extract_query = required_query(self.extract_query, "extract_query")?;
         let count_src_query = required_query(self.count_src_query, "count_src_query")?;
         let merge_partitions_query =
@@ -793,5 +819,24 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.message, "unrecognized view_options key \"colour\"");
+    }
+
+    #[test]
+    fn the_size_limit_holds_for_columns_too() {
+        let huge = format!("SELECT {}1", "1 + ".repeat(200_000));
+        let e = Definition::from_row(
+            "v",
+            Some(huge),
+            Some("x".into()),
+            Some("y".into()),
+            Some(1),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimit);
+        assert!(
+            e.message.starts_with("definition of \"v\" is too long: "),
+            "{e}"
+        );
     }
 }

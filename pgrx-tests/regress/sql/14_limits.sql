@@ -37,6 +37,10 @@ SELECT sqlstate, message FROM mmv_try(format(
   'INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql) VALUES (''limits_v'', %L)',
   pg_temp.with_extract(pg_temp.cte_chain(15))));
 RESET statement_timeout;
+-- The size limit holds when the columns are written directly, too.
+SELECT sqlstate, message FROM mmv_try(format(
+  'INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options) VALUES (''limits_v'', %L, ''x'', ''y'', 1, ''{"time_column": "t"}'')',
+  'SELECT ' || repeat('1 + ', 200000) || '1'));
 
 -- 2. A deep type string (150,000 levels, just under the 1 MiB size limit, so
 --    that it reaches the depth check): registration and a direct INSERT of
