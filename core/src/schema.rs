@@ -174,6 +174,32 @@ pub fn to_ipc_base64(schema: &Schema) -> Result<String> {
     Ok(base64::engine::general_purpose::STANDARD.encode(buffer))
 }
 
+/// The metadata (flatbuffer) of the first message of an Arrow IPC stream:
+/// an optional continuation marker, a little-endian length, then that many
+/// bytes. The declared length is checked against the bytes present before
+/// anything is read: arrow's StreamReader allocates (and zeroes) whatever a
+/// four-byte prefix claims, up to 2 GiB, before finding it is not there.
+fn ipc_schema_message(bytes: &[u8]) -> std::result::Result<&[u8], String> {
+    let mut rest = bytes;
+    if rest.len() >= 4 && rest[..4] == [0xff; 4] {
+        rest = &rest[4..];
+    }
+    if rest.len() < 4 {
+        return Err(format!(
+            "the stream is {} bytes long, too short for a message",
+            bytes.len()
+        ));
+    }
+    let declared = i32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]);
+    let available = rest.len() - 4;
+    match usize::try_from(declared) {
+        Ok(length) if length > 0 && length <= available => Ok(&rest[4..4 + length]),
+        _ => Err(format!(
+            "the message declares {declared} bytes of metadata, but {available} follow"
+        )),
+    }
+}
+
 pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
     check_text_size("Arrow IPC schema", text)?;
     let bad =
@@ -181,17 +207,22 @@ pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text.trim())
         .map_err(|e| bad(format!("not base64: {e}")))?;
+    let metadata = ipc_schema_message(&bytes).map_err(bad)?;
     // arrow-ipc verifies the flatbuffer, but its conversion to a Schema
     // still panics on some well-formed yet invalid messages (a schema
     // without a field list, a list without its child, an unknown unit):
     // those are the caller's malformed input, not an internal error.
     let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-            .map(|reader| reader.schema())
+        let message = arrow_ipc::root_as_message(metadata)
+            .map_err(|e| format!("not an Arrow IPC message: {e}"))?;
+        let schema = message
+            .header_as_schema()
+            .ok_or_else(|| "the first message is not a schema".to_string())?;
+        Ok::<_, String>(Arc::new(arrow_ipc::convert::fb_to_schema(schema)))
     }));
     let schema = match decoded {
         Ok(Ok(schema)) => schema,
-        Ok(Err(e)) => return Err(bad(e.to_string())),
+        Ok(Err(e)) => return Err(bad(e)),
         Err(panic) => {
             let cause = panic
                 .downcast_ref::<&str>()
@@ -906,5 +937,40 @@ mod tests {
                 "{name}, nullability flipped"
             );
         }
+    }
+
+    #[test]
+    fn a_declared_length_is_checked_before_anything_is_allocated() {
+        // Found by the schema_ipc fuzz target: four bytes whose length
+        // prefix made arrow's StreamReader allocate and zero ~1.7 GB.
+        use base64::Engine;
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/schema_ipc/oom-declared-length"
+        );
+        let bytes = std::fs::read(path).unwrap();
+        assert_eq!(bytes.len(), 4);
+        let e =
+            from_ipc_base64(&base64::engine::general_purpose::STANDARD.encode(&bytes)).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidSchema);
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("the message declares 1729167362 bytes of metadata, but 0 follow")
+        );
+        let e = from_ipc_base64("AAA=").unwrap_err();
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("the stream is 2 bytes long, too short for a message")
+        );
+        // A length beyond the bytes present is refused by the same check.
+        let mut claim = vec![0xff, 0xff, 0xff, 0xff];
+        claim.extend_from_slice(&i32::MAX.to_le_bytes());
+        claim.extend_from_slice(&[0; 16]);
+        let e =
+            from_ipc_base64(&base64::engine::general_purpose::STANDARD.encode(&claim)).unwrap_err();
+        assert_eq!(
+            e.detail.as_deref(),
+            Some("the message declares 2147483647 bytes of metadata, but 16 follow")
+        );
     }
 }

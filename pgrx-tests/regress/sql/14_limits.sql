@@ -72,7 +72,10 @@ SELECT sqlstate, message FROM mmv_try(format(
   'SELECT micromegas.mm_register_builtin_view_set(''huge'', %L, 1)', repeat('A', 2 * 1024 * 1024)));
 SELECT sqlstate, message FROM mmv_try(format(
   'SELECT micromegas.mm_register_builtin_view_set(''nested'', %L, 1)', repeat('[', 5000) || repeat(']', 5000)));
-SELECT count(*) AS registered FROM micromegas.builtin_view_sets WHERE view_set_name IN ('deep', 'wide', 'huge', 'nested');
+-- Four bytes whose length prefix claims 1.7 GB: refused before anything is
+-- allocated (arrow's stream reader would allocate what the prefix claims).
+SELECT sqlstate, message, detail FROM mmv_try($$SELECT micromegas.mm_register_builtin_view_set('claims', 'AgARZw==', 1)$$);
+SELECT count(*) AS registered FROM micromegas.builtin_view_sets WHERE view_set_name IN ('deep', 'wide', 'huge', 'nested', 'claims');
 
 -- 3. A slow validation under a raised plan-node limit (superuser only) is
 --    stopped by statement_timeout within about its one second, and the
