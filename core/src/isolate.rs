@@ -198,7 +198,8 @@ fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicBool>)> {
     Ok((helper.sender.clone(), Arc::clone(&helper.busy)))
 }
 
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+/// The text a panic carried (`&str` or `String`), for an error message.
+pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

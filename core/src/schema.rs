@@ -224,11 +224,7 @@ pub fn from_ipc_base64(text: &str) -> Result<SchemaRef> {
         Ok(Ok(schema)) => schema,
         Ok(Err(e)) => return Err(bad(e)),
         Err(panic) => {
-            let cause = panic
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "malformed message".to_string());
+            let cause = crate::isolate::panic_message(panic.as_ref());
             return Err(bad(format!("the message is malformed: {cause}")));
         }
     };
