@@ -131,7 +131,10 @@ mod tests {
 
     /// Every saved input of a fuzz target: its seed corpus and regressions.
     fn inputs(target: &str) -> Vec<Vec<u8>> {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz");
+        // Read at run time: a test binary reused from another checkout of
+        // the same target directory must still read this checkout's files.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("run by cargo test");
+        let root = Path::new(&manifest).join("../fuzz");
         let mut out = Vec::new();
         for dir in [
             root.join("corpus").join(target),

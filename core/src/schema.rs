@@ -698,11 +698,9 @@ mod tests {
         // Found by the schema_ipc fuzz target: a verified message whose
         // schema has no field list (arrow-ipc 59 unwraps it).
         use base64::Engine;
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fuzz/regressions/schema_ipc/crash-02199c22965833630e3619f6d0e60ad21dcb5660"
+        let bytes = include_bytes!(
+            "../../fuzz/regressions/schema_ipc/crash-02199c22965833630e3619f6d0e60ad21dcb5660"
         );
-        let bytes = std::fs::read(path).unwrap();
         let text = base64::engine::general_purpose::STANDARD.encode(bytes);
         let e = from_ipc_base64(&text).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidSchema);
@@ -978,11 +976,7 @@ mod tests {
         // Found by the schema_ipc fuzz target: four bytes whose length
         // prefix made arrow's StreamReader allocate and zero ~1.7 GB.
         use base64::Engine;
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../fuzz/regressions/schema_ipc/oom-declared-length"
-        );
-        let bytes = std::fs::read(path).unwrap();
+        let bytes = include_bytes!("../../fuzz/regressions/schema_ipc/oom-declared-length");
         assert_eq!(bytes.len(), 4);
         let e =
             from_ipc_base64(&base64::engine::general_purpose::STANDARD.encode(&bytes)).unwrap_err();
