@@ -1,45 +1,31 @@
 -- micromegas_views: the functions an admin calls, the shipped rows, and the
 -- privileges. Runs last in CREATE EXTENSION (pgrx "finalize").
 
--- CREATE [OR REPLACE] MATERIALIZED VIEW <name> WITH (...)
+-- CREATE [OR REPLACE] MATERIALIZED VIEW <name> WITH (...). The statement
+-- goes to the table as it is: its BEFORE trigger parses and checks it (one
+-- call into Rust), and turns the INSERT into an UPDATE for a replace.
 CREATE FUNCTION micromegas.mm_create_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
-  parsed jsonb;
   target text;
-  outcome text;
 BEGIN
-  parsed := micromegas._mm_parse_statement(statement);
-  IF parsed->>'kind' <> 'create' THEN
-    RAISE EXCEPTION 'mm_create_view expects CREATE MATERIALIZED VIEW, not DROP'
-      USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_drop_view() to drop a view.';
-  END IF;
-  target := parsed->>'name';
-  PERFORM micromegas._mm_lock_catalog();
-  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
-  IF FOUND THEN
-    IF NOT (parsed->>'or_replace')::boolean THEN
-      RAISE EXCEPTION 'materialized view "%" already exists', target
-        USING ERRCODE = 'duplicate_object',
-              HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
-    END IF;
-    UPDATE micromegas.lakehouse_view_set_definitions d
-       SET definition_sql = statement, extract_query = NULL, count_src_query = NULL,
-           merge_partitions_query = NULL, update_group = NULL, view_options = NULL
-     WHERE d.view_set_name = target;
-    outcome := 'replaced';
+  PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
+  RETURNING d.view_set_name INTO target;
+  IF target IS NOT NULL THEN
+    RETURN QUERY SELECT target, 'created'::text, micromegas.mm_catalog_version();
   ELSE
-    INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
-    VALUES (target, statement);
-    outcome := 'created';
+    RETURN QUERY SELECT pg_catalog.current_setting('micromegas_views.replaced'), 'replaced'::text,
+                        micromegas.mm_catalog_version();
   END IF;
-  RETURN QUERY SELECT target, outcome, micromegas.mm_catalog_version();
 END
 $$;
 
--- The named-argument form for psql users; stores the canonical statement.
+-- The named-argument form for psql users: writes the columns, and the
+-- trigger renders the canonical statement. Its parameters are the option
+-- table's (core/src/options.rs; a test compares the two).
 CREATE FUNCTION micromegas.mm_create_view(
   name text,
   extract_query text,
@@ -54,11 +40,35 @@ CREATE FUNCTION micromegas.mm_create_view(
   merge_sort_order text DEFAULT NULL,
   or_replace boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT * FROM micromegas.mm_create_view(micromegas._mm_render_create(
-    name, extract_query, count_src_query, merge_partitions_query, update_group,
-    time_column, min_time_column, max_time_column, source_partition_delta,
-    merge_partition_delta, merge_sort_order, or_replace))
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
+    'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
+    'merge_sort_order', merge_sort_order));
+  outcome text := 'created';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object', HINT = 'Pass or_replace => true to replace it.';
+    END IF;
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NULL, extract_query = mm_create_view.extract_query,
+           count_src_query = mm_create_view.count_src_query,
+           merge_partitions_query = mm_create_view.merge_partitions_query,
+           update_group = mm_create_view.update_group, view_options = options
+     WHERE d.view_set_name = name;
+    outcome := 'replaced';
+  ELSE
+    INSERT INTO micromegas.lakehouse_view_set_definitions AS d
+           (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
+    VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
+  END IF;
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version();
+END
 $$;
 
 -- A view set name as a function parameter: text (never truncated like
@@ -66,15 +76,11 @@ $$;
 -- statement form of mm_drop_view below (text is the preferred string type).
 CREATE DOMAIN micromegas.view_set_name AS text;
 
--- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
-CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
+-- Drops a view by a name that follows the name rule.
+CREATE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
 RETURNS TABLE (view_set_name text, status text, version bigint)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-#variable_conflict use_column
-DECLARE
-  target text := name::text;
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  PERFORM micromegas._mm_check_name(target, 'reference');
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN
@@ -94,23 +100,29 @@ BEGIN
 END
 $$;
 
+-- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
+CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_check_name(name::text, 'reference');
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
+END
+$$;
+
 -- DROP MATERIALIZED VIEW [IF EXISTS] <name>, or just a bare view name.
 CREATE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  parsed jsonb;
+  t record;
 BEGIN
-  IF statement ~ '^\s*[a-z_][a-z0-9_]*\s*;?\s*$' THEN
-    RETURN QUERY SELECT * FROM micromegas.mm_drop_view(btrim(statement, E' \t\r\n;')::micromegas.view_set_name, false);
-    RETURN;
-  END IF;
-  parsed := micromegas._mm_parse_statement(statement);
-  IF parsed->>'kind' <> 'drop' THEN
+  SELECT * INTO t FROM micromegas._mm_statement_target(statement);
+  IF t.kind <> 'drop' THEN
     RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'
       USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_create_view() to create a view.';
   END IF;
-  RETURN QUERY SELECT * FROM micromegas.mm_drop_view((parsed->>'name')::micromegas.view_set_name, (parsed->>'if_exists')::boolean);
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
 END
 $$;
 
@@ -137,15 +149,14 @@ CREATE FUNCTION micromegas.mm_register_builtin_view_set(
 RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
-DECLARE
-  normalized jsonb := micromegas._mm_normalize_schema(schema);
 BEGIN
-  -- The name rules and the shared namespace are the table trigger's.
+  -- The schema's forms (it reads JSON or IPC given as schema_ipc), the name
+  -- rules and the shared namespace are the table trigger's.
   PERFORM micromegas._mm_lock_catalog();
   INSERT INTO micromegas.builtin_view_sets AS b
          (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
   VALUES (name, update_group, kind, has_view_maker, global_instance_available,
-          normalized->>'schema_ipc', normalized->'schema_json')
+          schema, NULL)
   ON CONFLICT ON CONSTRAINT builtin_view_sets_pkey DO UPDATE
      SET update_group = EXCLUDED.update_group, kind = EXCLUDED.kind,
          has_view_maker = EXCLUDED.has_view_maker,
@@ -272,7 +283,7 @@ BEGIN
       GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_detail = PG_EXCEPTION_DETAIL,
                               problem_state = RETURNED_SQLSTATE;
       BEGIN
-        target := micromegas._mm_parse_statement(statement)->>'name';
+        SELECT t.view_set_name INTO target FROM micromegas._mm_statement_target(statement) t;
       EXCEPTION WHEN OTHERS THEN
         target := NULL;
       END;

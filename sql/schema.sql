@@ -152,57 +152,27 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text)
 $$;
 
--- Plans and checks a definition (jsonb, as _mm_definition_from_row returns
--- it) against a snapshot of the built-in and DDL view sets whose names occur
--- as words in its queries (a superset of what they read, found with the
--- primary keys), as they are in the table now. Writes nothing.
-CREATE FUNCTION micromegas._mm_check(definition jsonb) RETURNS jsonb
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  words text[] := ARRAY(
-    SELECT DISTINCT w FROM regexp_split_to_table(lower(concat_ws(' ', definition->>'extract_query',
-             definition->>'count_src_query', definition->>'merge_partitions_query')), '[^a-z0-9_]+') AS w
-     WHERE w <> '');
-  snapshot jsonb;
-BEGIN
-  SELECT coalesce(jsonb_agg(e), '[]'::jsonb) INTO snapshot FROM (
-    SELECT b.view_set_name AS name, b.schema_ipc, b.update_group, b.kind, NULL::text AS load_error
-      FROM micromegas.builtin_view_sets b
-     WHERE b.view_set_name = ANY (words)
-    UNION ALL
-    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
-           CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
-      FROM micromegas.lakehouse_view_set_definitions d
-     WHERE d.view_set_name = ANY (words) AND d.view_set_name <> (definition->>'name')
-  ) e;
-  RETURN micromegas._mm_validate(definition, snapshot);
-END
-$$;
-
--- The stored definition of a row, for re-checking it.
-CREATE FUNCTION micromegas._mm_row_definition(d micromegas.lakehouse_view_set_definitions) RETURNS jsonb
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT micromegas._mm_definition_from_row(d.view_set_name, NULL, d.extract_query, d.count_src_query,
-                                            d.merge_partitions_query, d.update_group, d.view_options)
-$$;
-
 -- Re-checks every definition that reads `source` after `source` changed
 -- (schema or group). A dependent that still validates but whose schema moved
--- (types or nullability) is rewritten (which re-checks its own dependents in turn). One that no
--- longer validates either refuses the change (strict: a DDL view was
--- replaced) or is marked as failed to load (a built-in schema was registered:
--- the service's code is the truth), with every view reading it.
+-- (types or nullability) is rewritten (which re-checks its own dependents in
+-- turn; the rewrite's validation is the one just made, remembered by the
+-- backend, not a second planning). One that no longer validates either
+-- refuses the change (strict: a DDL view was replaced) or is marked as
+-- failed to load (a built-in schema was registered: the service's code is
+-- the truth), with every view reading it.
 CREATE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   dep micromegas.lakehouse_view_set_definitions;
-  checked jsonb;
+  checked_schema text;
   problem text;
 BEGIN
   FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
     BEGIN
-      checked := micromegas._mm_check(micromegas._mm_row_definition(dep));
+      SELECT p.schema_ipc INTO checked_schema
+        FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
+               dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
       IF strict THEN
@@ -224,9 +194,9 @@ BEGIN
        WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
       CONTINUE;
     END;
-    IF checked->>'schema_ipc' IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
-      -- A full rewrite re-validates it, stores the new schema, clears a
-      -- failed mark, notifies, and re-checks its own dependents.
+    IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
+      -- A full rewrite stores the new schema, clears a failed mark,
+      -- notifies, and re-checks its own dependents.
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET definition_sql = d.definition_sql
        WHERE d.view_set_name = dep.view_set_name;
@@ -235,23 +205,23 @@ BEGIN
 END
 $$;
 
--- BEFORE INSERT OR UPDATE: lock, derive, validate. Whatever path writes the
--- row, it is checked exactly like mm_create_view; the schema, hash and reads
--- are always derived, never taken from the writer. Writes made by this
--- extension's own triggers (pg_trigger_depth() > 1) are the only ones that
--- may mark a definition failed or keep the audit columns they were given.
+-- BEFORE INSERT OR UPDATE: lock, derive, validate — one call to
+-- _mm_prepare_definition. Whatever path writes the row, it is checked
+-- exactly like mm_create_view; the schema, hash and reads are always
+-- derived, never taken from the writer. An INSERT of a view that exists is
+-- refused, unless its statement says CREATE OR REPLACE: then it becomes an
+-- UPDATE of that row. Writes made by this extension's own triggers
+-- (pg_trigger_depth() > 1) are the only ones that may mark a definition
+-- failed or keep the audit columns they were given.
 CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   internal boolean := pg_catalog.pg_trigger_depth() > 1;
-  columns_null boolean;
-  statement_sql text;
-  definition jsonb;
-  checked jsonb;
-  problem text;
+  statement_sql text := NEW.definition_sql;
+  p record;
 BEGIN
-  PERFORM micromegas._mm_next_version();
   IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_lock_catalog();
     NEW.shipped := micromegas._mm_installing();
     IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
                                     WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
@@ -269,91 +239,85 @@ BEGIN
       RETURN NULL;
     END IF;
   ELSE
+    PERFORM micromegas._mm_next_version();
     -- Rows stay "as shipped" only through the extension's own scripts.
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
-  END IF;
-  IF TG_OP = 'UPDATE' AND internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
-     AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
-          NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
-         IS NOT DISTINCT FROM
-         (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
-          OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-    -- The extension marks a definition whose source changed as failed to load.
-    RETURN NEW;
-  END IF;
-  IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
-    RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
-      USING ERRCODE = 'feature_not_supported',
-            HINT = 'Create the view under the new name, then drop the old one.';
-  END IF;
-
-  columns_null := NEW.extract_query IS NULL AND NEW.count_src_query IS NULL
-    AND NEW.merge_partitions_query IS NULL AND NEW.update_group IS NULL AND NEW.view_options IS NULL;
-  statement_sql := NEW.definition_sql;
-  IF TG_OP = 'UPDATE' AND NOT columns_null
-     AND NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
-     AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
-         IS DISTINCT FROM
-         (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-    -- Only the columns changed: the stored text is re-rendered from them.
-    statement_sql := NULL;
+    IF internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+       AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+            NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS NOT DISTINCT FROM
+           (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+            OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+      -- The extension marks a definition whose source changed as failed to load.
+      RETURN NEW;
+    END IF;
+    IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+      RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Create the view under the new name, then drop the old one.';
+    END IF;
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
   END IF;
 
-  IF columns_null THEN
-    definition := micromegas._mm_definition_from_row(NEW.view_set_name, statement_sql,
-                                                     NULL, NULL, NULL, NULL, NULL);
-  ELSE
-    definition := micromegas._mm_definition_from_row(NEW.view_set_name, statement_sql,
-      NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
-  END IF;
-  NEW.view_set_name := definition->>'name';
-  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = NEW.view_set_name) THEN
-    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', NEW.view_set_name
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(
+    NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+    NEW.update_group, NEW.view_options,
+    -- A restored row that had failed to load is validated again: it loads
+    -- if it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed');
+
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = p.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', p.view_set_name
       USING ERRCODE = 'duplicate_object',
             DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
             HINT = 'Choose another name for the materialized view.';
   END IF;
-
-  IF (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed' THEN
-    -- A restored row that had failed to load is validated again: it loads
-    -- if it plans now, and is kept as failed with the fresh reason if its
-    -- queries still do not plan. Any other problem is refused as usual.
-    BEGIN
-      checked := micromegas._mm_check(definition);
-    EXCEPTION WHEN invalid_object_definition THEN
-      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
-    END;
-  ELSE
-    checked := micromegas._mm_check(definition);
+  IF TG_OP = 'INSERT' THEN
+    IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name) THEN
+      IF NOT p.or_replace THEN
+        RAISE EXCEPTION 'materialized view "%" already exists', p.view_set_name
+          USING ERRCODE = 'duplicate_object',
+                HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
+      END IF;
+      -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+      -- trigger asks the same question again and gets the answer just
+      -- computed, from the backend's memory; it re-checks the dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             updated_at = clock_timestamp(), updated_by = coalesce(NEW.updated_by, micromegas._mm_actor()),
+             load_status = 'ok'
+       WHERE d.view_set_name = p.view_set_name;
+      -- mm_create_view reports the replace (a skipped INSERT returns no row).
+      PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+      RETURN NULL;
+    END IF;
+    PERFORM micromegas._mm_next_version();
   END IF;
 
-  NEW.extract_query := definition->>'extract_query';
-  NEW.count_src_query := definition->>'count_src_query';
-  NEW.merge_partitions_query := definition->>'merge_partitions_query';
-  NEW.update_group := (definition->>'update_group')::integer;
-  NEW.view_options := definition->'options';
-  NEW.definition_sql := coalesce(statement_sql, checked->>'definition_sql', NEW.definition_sql);
-  IF problem IS NULL THEN
-    NEW.schema_ipc := checked->>'schema_ipc';
-    NEW.schema_json := checked->'schema_json';
-    NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
-    NEW.reads := ARRAY(SELECT jsonb_array_elements_text(checked->'reads'));
-    NEW.load_status := 'ok';
-    NEW.load_error := NULL;
-  ELSE
-    -- No schema: the empty one. What it reads: the view sets its queries name.
-    checked := micromegas._mm_normalize_schema('[]');
-    NEW.schema_ipc := checked->>'schema_ipc';
-    NEW.schema_json := checked->'schema_json';
-    NEW.schema_hash := decode(checked->>'schema_hash', 'hex');
-    NEW.reads := ARRAY(SELECT r FROM unnest(micromegas._mm_referenced_relations(definition)) r
-                        WHERE r <> NEW.view_set_name
-                          AND (EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = r)
-                               OR EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = r))
-                        ORDER BY r);
-    NEW.load_status := 'failed';
-    NEW.load_error := 'no longer valid when restored: ' || problem;
-  END IF;
+  NEW.view_set_name := p.view_set_name;
+  NEW.definition_sql := p.definition_sql;
+  NEW.extract_query := p.extract_query;
+  NEW.count_src_query := p.count_src_query;
+  NEW.merge_partitions_query := p.merge_partitions_query;
+  NEW.update_group := p.update_group;
+  NEW.view_options := p.view_options;
+  NEW.schema_ipc := p.schema_ipc;
+  NEW.schema_json := p.schema_json;
+  NEW.schema_hash := p.schema_hash;
+  NEW.reads := p.reads;
+  NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
+  NEW.load_error := p.load_error;
   -- The Postgres role that made the change: no setting can change it.
   NEW.updated_by_role := session_user;
   IF TG_OP = 'INSERT' OR internal THEN
@@ -539,7 +503,7 @@ CREATE TRIGGER definitions_no_truncate
 CREATE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  normalized jsonb;
+  forms record;
 BEGIN
   PERFORM micromegas._mm_next_version();
   IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -570,16 +534,16 @@ BEGIN
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
   END IF;
   IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
-    normalized := micromegas._mm_normalize_schema(NEW.schema_ipc);
+    SELECT * INTO forms FROM micromegas._mm_schema_forms(NEW.schema_ipc);
   ELSIF NEW.schema_json IS NOT NULL THEN
-    normalized := micromegas._mm_normalize_schema(NEW.schema_json::text);
+    SELECT * INTO forms FROM micromegas._mm_schema_forms(NEW.schema_json::text);
   ELSE
     RAISE EXCEPTION 'built-in view set "%" needs a schema', NEW.view_set_name
       USING ERRCODE = 'not_null_violation', HINT = 'Set schema_json or schema_ipc.';
   END IF;
-  NEW.schema_ipc := normalized->>'schema_ipc';
-  NEW.schema_json := normalized->'schema_json';
-  NEW.schema_hash := decode(normalized->>'schema_hash', 'hex');
+  NEW.schema_ipc := forms.schema_ipc;
+  NEW.schema_json := forms.schema_json;
+  NEW.schema_hash := forms.schema_hash;
   IF TG_OP = 'INSERT' OR pg_catalog.pg_trigger_depth() > 1 THEN
     NEW.registered_at := coalesce(NEW.registered_at, clock_timestamp());
     NEW.registered_by := coalesce(NEW.registered_by, micromegas._mm_actor());

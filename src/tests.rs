@@ -58,7 +58,8 @@ mod tests {
 
     #[pg_test(error = "syntax error at or near \"VIEW\": expected MATERIALIZED")]
     fn malformed_statement_is_an_error() {
-        Spi::run("SELECT micromegas._mm_parse_statement('CREATE VIEW v WITH (a = 1)')").unwrap();
+        Spi::run("SELECT * FROM micromegas._mm_statement_target('CREATE VIEW v WITH (a = 1)')")
+            .unwrap();
     }
 
     #[pg_test(error = "extract_query calls now(), which is not immutable")]
@@ -72,13 +73,27 @@ mod tests {
         .unwrap();
     }
 
+    /// The named-argument form of mm_create_view takes the option table's
+    /// options, in its order, with its types and defaults.
+    #[pg_test]
+    fn named_arguments_follow_the_option_table() {
+        let installed = Spi::get_one::<String>(
+            "SELECT pg_get_function_arguments(p.oid) FROM pg_proc p \
+              WHERE p.proname = 'mm_create_view' AND p.pronargs > 1",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            installed,
+            micromegas_views_core::options::named_arguments_sql()
+        );
+    }
+
     #[pg_test]
     fn deep_input_is_an_error_not_a_crash() {
         let deep = format!(
-            "SELECT micromegas._mm_referenced_relations(jsonb_build_object('name', 'x', 'extract_query', 'SELECT {}1{}', \
-             'count_src_query', 'x', 'merge_partitions_query', 'x', 'update_group', 1, 'options', \
-             jsonb_build_object('min_time_column', 't', 'max_time_column', 't', 'source_partition_delta', '1 day', \
-             'merge_partition_delta', '1 day', 'merge_sort_order', null)))",
+            "SELECT * FROM micromegas._mm_prepare_definition('x', NULL, 'SELECT {}1{}', 'x', 'x', 1, \
+             '{{\"time_column\": \"t\"}}', false)",
             "(".repeat(5000),
             ")".repeat(5000)
         );

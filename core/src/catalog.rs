@@ -34,14 +34,17 @@ pub struct Catalog {
     entries: HashMap<String, CatalogEntry>,
 }
 
-#[derive(Deserialize)]
-struct JsonEntry {
-    name: String,
-    schema_ipc: Option<String>,
-    update_group: Option<i32>,
-    kind: SourceKind,
+/// A view set as the tables store it: what the caller looks up for a
+/// validation (the schema still in its stored base64 IPC form, read on the
+/// planning thread).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CatalogRow {
+    pub name: String,
+    pub schema_ipc: Option<String>,
+    pub update_group: Option<i32>,
+    pub kind: SourceKind,
     #[serde(default)]
-    load_error: Option<String>,
+    pub load_error: Option<String>,
 }
 
 impl Catalog {
@@ -54,9 +57,14 @@ impl Catalog {
     /// Reads `[{"name", "schema_ipc", "update_group", "kind"}, …]`, the form the
     /// SQL side aggregates from `builtin_view_sets` and the definitions table.
     pub fn from_json(value: &serde_json::Value) -> Result<Self> {
-        let rows: Vec<JsonEntry> = serde_json::from_value(value.clone()).map_err(|e| {
+        let rows: Vec<CatalogRow> = serde_json::from_value(value.clone()).map_err(|e| {
             Error::new(ErrorKind::Internal, "malformed catalog snapshot").with_detail(e.to_string())
         })?;
+        Self::from_rows(&rows)
+    }
+
+    /// Reads the stored rows (decoding each schema).
+    pub fn from_rows(rows: &[CatalogRow]) -> Result<Self> {
         let mut entries = Vec::with_capacity(rows.len());
         for row in rows {
             let schema = match &row.schema_ipc {
@@ -70,11 +78,11 @@ impl Catalog {
                 None => SchemaRef::new(arrow_schema::Schema::empty()),
             };
             entries.push(CatalogEntry {
-                name: row.name,
+                name: row.name.clone(),
                 schema,
                 update_group: row.update_group,
                 kind: row.kind,
-                load_error: row.load_error,
+                load_error: row.load_error.clone(),
             });
         }
         Ok(Catalog::new(entries))

@@ -14,10 +14,11 @@ pub mod functions;
 pub mod isolate;
 pub mod options;
 pub mod planner;
+pub mod prepare;
 pub mod properties;
 pub mod schema;
 
-pub use catalog::{Catalog, CatalogEntry, SourceKind};
+pub use catalog::{Catalog, CatalogEntry, CatalogRow, SourceKind};
 pub use checks::{referenced_relations, validate, Validated};
 pub use ddl::{parse, Statement};
 pub use error::{Error, ErrorKind, Result};

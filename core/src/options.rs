@@ -44,21 +44,169 @@ pub struct ViewOptions {
     pub merge_sort_order: Option<Vec<String>>,
 }
 
-/// The options a CREATE statement accepts, in canonical order.
-pub const OPTION_NAMES: &[&str] = &[
-    "extract_query",
-    "count_src_query",
-    "merge_partitions_query",
-    "update_group",
-    "time_column",
-    "min_time_column",
-    "max_time_column",
-    "source_partition_delta",
-    "merge_partition_delta",
-    "merge_sort_order",
+/// How an option's value is written in a statement and checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    /// A SQL query (string literal, not empty).
+    Query,
+    /// A 32-bit integer literal.
+    Group,
+    /// A column of the extract query's output (string literal).
+    Column,
+    /// `'<n> <unit>'`, unit second(s), minute(s), hour(s) or day(s).
+    Delta,
+    /// A comma-separated list of distinct output columns.
+    SortOrder,
+}
+
+impl OptionKind {
+    /// The SQL type of the option as a named argument of `mm_create_view`.
+    pub fn sql_type(self) -> &'static str {
+        match self {
+            OptionKind::Group => "integer",
+            _ => "text",
+        }
+    }
+}
+
+/// One option of `CREATE MATERIALIZED VIEW … WITH (…)`.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionSpec {
+    pub name: &'static str,
+    pub kind: OptionKind,
+    /// Required, or what an omitted value means.
+    pub default: Option<&'static str>,
+    /// Stored in a column of its own (the queries and update_group);
+    /// the others are keys of the `view_options` jsonb column.
+    pub own_column: bool,
+    /// One line for the README table.
+    pub doc: &'static str,
+}
+
+/// The option table of seed 000, in canonical order. It drives parsing,
+/// the row and `view_options` mapping, the rendered statement, the hint
+/// that lists the options, the named-argument form of `mm_create_view`
+/// (checked against the installed function by a test) and the README table
+/// (checked by a test).
+pub const OPTIONS: &[OptionSpec] = &[
+    OptionSpec {
+        name: "extract_query",
+        kind: OptionKind::Query,
+        default: None,
+        own_column: true,
+        doc: "Builds one partition from the source; its output is the view's schema. `{begin}`/`{end}` are the partition's insert-time bounds.",
+    },
+    OptionSpec {
+        name: "count_src_query",
+        kind: OptionKind::Query,
+        default: None,
+        own_column: true,
+        doc: "Counts the source rows of a partition (one Int64 column named `count`); reads raw sources only.",
+    },
+    OptionSpec {
+        name: "merge_partitions_query",
+        kind: OptionKind::Query,
+        default: None,
+        own_column: true,
+        doc: "Merges partitions read as `{source}` into one, with the extract query's schema.",
+    },
+    OptionSpec {
+        name: "update_group",
+        kind: OptionKind::Group,
+        default: None,
+        own_column: true,
+        doc: "The daemon's materialization order: above the group of everything the view reads.",
+    },
+    OptionSpec {
+        name: "time_column",
+        kind: OptionKind::Column,
+        default: Some("required unless both min_time_column and max_time_column are given"),
+        own_column: false,
+        doc: "The output column holding each row's event time (sets both bounds).",
+    },
+    OptionSpec {
+        name: "min_time_column",
+        kind: OptionKind::Column,
+        default: Some("time_column"),
+        own_column: false,
+        doc: "The output column holding a row's earliest event time.",
+    },
+    OptionSpec {
+        name: "max_time_column",
+        kind: OptionKind::Column,
+        default: Some("time_column"),
+        own_column: false,
+        doc: "The output column holding a row's latest event time.",
+    },
+    OptionSpec {
+        name: "source_partition_delta",
+        kind: OptionKind::Delta,
+        default: Some("'1 day'"),
+        own_column: false,
+        doc: "The time span of a partition built from the source.",
+    },
+    OptionSpec {
+        name: "merge_partition_delta",
+        kind: OptionKind::Delta,
+        default: Some("source_partition_delta"),
+        own_column: false,
+        doc: "The time span of a merged partition.",
+    },
+    OptionSpec {
+        name: "merge_sort_order",
+        kind: OptionKind::SortOrder,
+        default: Some("none (unsorted)"),
+        own_column: false,
+        doc: "Output columns a merged partition is sorted by.",
+    },
 ];
 
 pub const DEFAULT_PARTITION_DELTA: &str = "1 day";
+
+/// The option named `name`.
+pub fn option_spec(name: &str) -> Option<&'static OptionSpec> {
+    OPTIONS.iter().find(|o| o.name == name)
+}
+
+fn option_names(filter: impl Fn(&OptionSpec) -> bool) -> String {
+    OPTIONS
+        .iter()
+        .filter(|o| filter(o))
+        .map(|o| o.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The parameters of the named-argument form of `mm_create_view`, as
+/// `pg_get_function_arguments` shows them.
+pub fn named_arguments_sql() -> String {
+    let mut args = vec!["name text".to_string()];
+    for o in OPTIONS {
+        let default = if o.default.is_some() {
+            " DEFAULT NULL"
+        } else {
+            ""
+        };
+        args.push(format!("{} {}{default}", o.name, o.kind.sql_type()));
+    }
+    args.push("or_replace boolean DEFAULT false".to_string());
+    args.join(", ")
+}
+
+/// The README's table of options.
+pub fn markdown_table() -> String {
+    let mut out = String::from("| option | type | default | meaning |\n|---|---|---|---|\n");
+    for o in OPTIONS {
+        out.push_str(&format!(
+            "| `{}` | {} | {} | {} |\n",
+            o.name,
+            o.kind.sql_type(),
+            o.default.unwrap_or("**required**"),
+            o.doc
+        ));
+    }
+    out
+}
 
 /// Checks a view name: a lower-case identifier that is not reserved.
 pub fn check_view_name(name: &str) -> Result<()> {
@@ -135,96 +283,143 @@ pub fn check_name(name: &str, usage: NameUse) -> Result<()> {
     }
 }
 
-/// The options of a statement or a function call, each still optional.
+/// The options of a statement, a row or a function call, each still
+/// optional and unchecked, by position in [`OPTIONS`].
 #[derive(Debug, Default, Clone)]
 pub struct OptionValues {
-    pub extract_query: Option<String>,
-    pub count_src_query: Option<String>,
-    pub merge_partitions_query: Option<String>,
-    pub update_group: Option<i32>,
-    pub time_column: Option<String>,
-    pub min_time_column: Option<String>,
-    pub max_time_column: Option<String>,
-    pub source_partition_delta: Option<String>,
-    pub merge_partition_delta: Option<String>,
-    pub merge_sort_order: Option<String>,
+    values: [Option<String>; OPTIONS.len()],
 }
 
 impl OptionValues {
+    fn index(name: &str) -> Option<usize> {
+        OPTIONS.iter().position(|o| o.name == name)
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        Self::index(name).and_then(|i| self.values[i].as_deref())
+    }
+
+    fn take(&mut self, name: &str) -> Option<String> {
+        Self::index(name).and_then(|i| self.values[i].take())
+    }
+
+    /// The values in [`OPTIONS`] order (update_group as its decimal text).
+    pub fn from_positional(values: impl IntoIterator<Item = Option<String>>) -> Self {
+        let mut out = OptionValues::default();
+        for (slot, value) in out.values.iter_mut().zip(values) {
+            *slot = value;
+        }
+        out
+    }
+
     /// Collects the raw `name = literal` pairs of a statement, refusing
     /// unknown, repeated or mistyped options.
     pub fn from_raw(raw: &[RawOption]) -> Result<Self> {
         let mut values = OptionValues::default();
-        let mut seen: Vec<&str> = Vec::new();
         for option in raw {
-            let Some(&name) = OPTION_NAMES.iter().find(|n| **n == option.name) else {
-                return Err(
-                    Error::option(format!("unrecognized option \"{}\"", option.name))
-                        .with_detail(format!(
-                            "at line {}, column {} of the statement",
-                            option.line, option.column
-                        ))
-                        .with_hint(format!("Valid options are: {}.", OPTION_NAMES.join(", "))),
-                );
-            };
-            if seen.contains(&name) {
-                return Err(Error::option(format!(
-                    "option \"{name}\" is specified more than once"
-                ))
-                .with_detail(format!(
+            let at = || {
+                format!(
                     "at line {}, column {} of the statement",
                     option.line, option.column
-                )));
-            }
-            seen.push(name);
-            if name == "update_group" {
-                values.update_group = Some(parse_group(&option.value)?);
-                continue;
-            }
-            let Literal::String(text) = &option.value else {
+                )
+            };
+            let Some(i) = Self::index(&option.name) else {
+                return Err(
+                    Error::option(format!("unrecognized option \"{}\"", option.name))
+                        .with_detail(at())
+                        .with_hint(format!("Valid options are: {}.", option_names(|_| true))),
+                );
+            };
+            let spec = &OPTIONS[i];
+            if values.values[i].is_some() {
                 return Err(Error::option(format!(
-                    "option \"{name}\" must be a string literal, not {}",
-                    option.value.describe()
+                    "option \"{}\" is specified more than once",
+                    spec.name
                 ))
-                .with_hint("Quote the value: '…' or $$…$$."));
+                .with_detail(at()));
+            }
+            let text = match (spec.kind, &option.value) {
+                (OptionKind::Group, value) => parse_group(value)?.to_string(),
+                (_, Literal::String(text)) => text.clone(),
+                (_, value) => {
+                    return Err(Error::option(format!(
+                        "option \"{}\" must be a string literal, not {}",
+                        spec.name,
+                        value.describe()
+                    ))
+                    .with_hint("Quote the value: '…' or $$…$$."))
+                }
             };
-            let slot = match name {
-                "extract_query" => &mut values.extract_query,
-                "count_src_query" => &mut values.count_src_query,
-                "merge_partitions_query" => &mut values.merge_partitions_query,
-                "time_column" => &mut values.time_column,
-                "min_time_column" => &mut values.min_time_column,
-                "max_time_column" => &mut values.max_time_column,
-                "source_partition_delta" => &mut values.source_partition_delta,
-                "merge_partition_delta" => &mut values.merge_partition_delta,
-                "merge_sort_order" => &mut values.merge_sort_order,
-                _ => return Err(Error::internal(format!("option {name} has no slot"))),
+            values.values[i] = Some(text);
+        }
+        Ok(values)
+    }
+
+    /// The options of a table row: the own columns, and the keys of the
+    /// `view_options` jsonb object (the form this extension writes, or
+    /// `time_column` and a `merge_sort_order` string as in a statement).
+    pub fn from_row(
+        extract_query: Option<String>,
+        count_src_query: Option<String>,
+        merge_partitions_query: Option<String>,
+        update_group: Option<i32>,
+        view_options: Option<&serde_json::Value>,
+    ) -> Result<Self> {
+        let mut values = OptionValues::from_positional([
+            extract_query,
+            count_src_query,
+            merge_partitions_query,
+            update_group.map(|g| g.to_string()),
+        ]);
+        let Some(options) = view_options else {
+            return Ok(values);
+        };
+        let object = options
+            .as_object()
+            .ok_or_else(|| Error::option("view_options must be a JSON object"))?;
+        for (key, value) in object {
+            let Some(i) = Self::index(key).filter(|&i| !OPTIONS[i].own_column) else {
+                return Err(
+                    Error::option(format!("unrecognized view_options key \"{key}\"")).with_hint(
+                        format!("Valid keys are: {}.", option_names(|o| !o.own_column)),
+                    ),
+                );
             };
-            *slot = Some(text.clone());
+            let spec = &OPTIONS[i];
+            values.values[i] = match (spec.kind, value) {
+                (_, serde_json::Value::Null) => None,
+                (_, serde_json::Value::String(s)) => Some(s.clone()),
+                (OptionKind::SortOrder, serde_json::Value::Array(items)) => {
+                    let columns: Option<Vec<&str>> = items.iter().map(|c| c.as_str()).collect();
+                    let columns = columns.ok_or_else(|| {
+                        Error::option(format!(
+                            "view_options key \"{key}\" must be an array of strings"
+                        ))
+                    })?;
+                    Some(columns.join(", "))
+                }
+                (OptionKind::SortOrder, _) => {
+                    return Err(Error::option(format!(
+                        "view_options key \"{key}\" must be an array of strings"
+                    )))
+                }
+                _ => {
+                    return Err(Error::option(format!(
+                        "view_options key \"{key}\" must be a string"
+                    )))
+                }
+            };
         }
         Ok(values)
     }
 
     /// Applies the required/default rules and the formats of seed 000.
-    pub fn into_definition(self, name: &str) -> Result<Definition> {
+    pub fn into_definition(mut self, name: &str) -> Result<Definition> {
         check_view_name(name)?;
         // The statement's size limit, for every path (a statement's values
         // are shorter than it; a row's columns or the named arguments are
         // checked here).
-        let size: usize = [
-            &self.extract_query,
-            &self.count_src_query,
-            &self.merge_partitions_query,
-            &self.time_column,
-            &self.min_time_column,
-            &self.max_time_column,
-            &self.source_partition_delta,
-            &self.merge_partition_delta,
-            &self.merge_sort_order,
-        ]
-        .iter()
-        .map(|v| v.as_ref().map_or(0, String::len))
-        .sum();
+        let size: usize = self.values.iter().flatten().map(String::len).sum();
         if size > crate::ddl::MAX_STATEMENT_BYTES {
             return Err(Error::new(
                 ErrorKind::ProgramLimit,
@@ -234,27 +429,38 @@ impl OptionValues {
                 ),
             ));
         }
-        let extract_query = required_query(self.extract_query, "extract_query")?;
-        let count_src_query = required_query(self.count_src_query, "count_src_query")?;
-        let merge_partitions_query =
-            required_query(self.merge_partitions_query, "merge_partitions_query")?;
-        let update_group = self.update_group.ok_or_else(|| {
-            Error::option("option \"update_group\" is required")
-                .with_detail("update_group places the view in the daemon's materialization order; it has no default.")
-                .with_hint("Give an integer strictly greater than the group of every view set the definition reads.")
+        // Each value in its kind's format, in canonical order.
+        for (spec, value) in OPTIONS.iter().zip(self.values.iter_mut()) {
+            match (spec.kind, value.take()) {
+                (OptionKind::Query, None) if spec.default.is_none() => {
+                    return Err(Error::option(format!(
+                        "option \"{}\" is required",
+                        spec.name
+                    )))
+                }
+                (OptionKind::Group, None) => {
+                    return Err(Error::option(format!("option \"{}\" is required", spec.name))
+                        .with_detail("update_group places the view in the daemon's materialization order; it has no default.")
+                        .with_hint("Give an integer strictly greater than the group of every view set the definition reads."))
+                }
+                (_, None) => {}
+                (kind, Some(text)) => *value = Some(check_value(kind, spec.name, text)?),
+            }
+        }
+        let group = self.get("update_group").expect("checked above");
+        let update_group = group.parse::<i32>().map_err(|_| {
+            let integer = group.strip_prefix('-').unwrap_or(group);
+            if !integer.is_empty() && integer.bytes().all(|b| b.is_ascii_digit()) {
+                Error::option(format!("option \"update_group\" is out of range: {group}"))
+                    .with_detail("update_group is a 32-bit integer.")
+            } else {
+                Error::option(format!(
+                    "option \"update_group\" must be an integer, not \"{group}\""
+                ))
+            }
         })?;
-        let time_column = self
-            .time_column
-            .map(|c| column_name(c, "time_column"))
-            .transpose()?;
-        let min = self
-            .min_time_column
-            .map(|c| column_name(c, "min_time_column"))
-            .transpose()?;
-        let max = self
-            .max_time_column
-            .map(|c| column_name(c, "max_time_column"))
-            .transpose()?;
+        let time_column = self.take("time_column");
+        let (min, max) = (self.take("min_time_column"), self.take("max_time_column"));
         let (min_time_column, max_time_column) = match (min, max, time_column) {
             (Some(min), Some(max), _) => (min, max),
             (min, max, Some(t)) => (min.unwrap_or_else(|| t.clone()), max.unwrap_or(t)),
@@ -268,23 +474,21 @@ impl OptionValues {
                     .with_detail("time_column is required unless both min_time_column and max_time_column are given."));
             }
         };
-        let source_partition_delta = match self.source_partition_delta {
-            Some(text) => parse_delta(&text, "source_partition_delta")?,
-            None => DEFAULT_PARTITION_DELTA.to_string(),
-        };
-        let merge_partition_delta = match self.merge_partition_delta {
-            Some(text) => parse_delta(&text, "merge_partition_delta")?,
-            None => source_partition_delta.clone(),
-        };
+        let source_partition_delta = self
+            .take("source_partition_delta")
+            .unwrap_or_else(|| DEFAULT_PARTITION_DELTA.to_string());
+        let merge_partition_delta = self
+            .take("merge_partition_delta")
+            .unwrap_or_else(|| source_partition_delta.clone());
         let merge_sort_order = self
-            .merge_sort_order
-            .map(|s| parse_sort_order(&s))
-            .transpose()?;
+            .take("merge_sort_order")
+            .map(|s| s.split(", ").map(str::to_string).collect());
+        let mut query = |name| self.take(name).expect("required, checked above");
         Ok(Definition {
             name: name.to_string(),
-            extract_query,
-            count_src_query,
-            merge_partitions_query,
+            extract_query: query("extract_query"),
+            count_src_query: query("count_src_query"),
+            merge_partitions_query: query("merge_partitions_query"),
             update_group,
             options: ViewOptions {
                 min_time_column,
@@ -294,6 +498,19 @@ impl OptionValues {
                 merge_sort_order,
             },
         })
+    }
+}
+
+/// A value in its kind's canonical format (a sort order as `a, b, c`).
+fn check_value(kind: OptionKind, option: &str, text: String) -> Result<String> {
+    match kind {
+        OptionKind::Query if text.trim().is_empty() => Err(Error::option(format!(
+            "option \"{option}\" must not be empty"
+        ))),
+        OptionKind::Query | OptionKind::Group => Ok(text),
+        OptionKind::Column => column_name(text, option),
+        OptionKind::Delta => parse_delta(&text, option),
+        OptionKind::SortOrder => Ok(parse_sort_order(&text)?.join(", ")),
     }
 }
 
@@ -313,118 +530,58 @@ impl Definition {
         update_group: Option<i32>,
         view_options: Option<&serde_json::Value>,
     ) -> Result<Self> {
-        let mut values = OptionValues {
+        OptionValues::from_row(
             extract_query,
             count_src_query,
             merge_partitions_query,
             update_group,
-            ..Default::default()
-        };
-        if let Some(options) = view_options {
-            let object = options
-                .as_object()
-                .ok_or_else(|| Error::option("view_options must be a JSON object"))?;
-            for (key, value) in object {
-                let text = || -> Result<Option<String>> {
-                    match value {
-                        serde_json::Value::Null => Ok(None),
-                        serde_json::Value::String(s) => Ok(Some(s.clone())),
-                        _ => Err(Error::option(format!(
-                            "view_options key \"{key}\" must be a string"
-                        ))),
-                    }
-                };
-                match key.as_str() {
-                    "time_column" => values.time_column = text()?,
-                    "min_time_column" => values.min_time_column = text()?,
-                    "max_time_column" => values.max_time_column = text()?,
-                    "source_partition_delta" => values.source_partition_delta = text()?,
-                    "merge_partition_delta" => values.merge_partition_delta = text()?,
-                    "merge_sort_order" => {
-                        values.merge_sort_order = match value {
-                            serde_json::Value::Null => None,
-                            serde_json::Value::String(s) => Some(s.clone()),
-                            serde_json::Value::Array(items) => {
-                                let mut columns = Vec::new();
-                                for item in items {
-                                    let column = item.as_str().ok_or_else(|| {
-                                        Error::option("view_options key \"merge_sort_order\" must be an array of strings")
-                                    })?;
-                                    columns.push(column.to_string());
-                                }
-                                Some(columns.join(", "))
-                            }
-                            _ => {
-                                return Err(Error::option(
-                                    "view_options key \"merge_sort_order\" must be an array of strings",
-                                ))
-                            }
-                        }
-                    }
-                    other => {
-                        return Err(Error::option(format!("unrecognized view_options key \"{other}\""))
-                            .with_hint("Valid keys are: min_time_column, max_time_column, source_partition_delta, merge_partition_delta, merge_sort_order (and time_column)."))
-                    }
-                }
-            }
+            view_options,
+        )?
+        .into_definition(name)
+    }
+
+    /// How option `spec` is written in the canonical statement, if at all
+    /// (time_column stands for equal bounds; an unset sort order is omitted).
+    fn rendered_option(&self, spec: &OptionSpec) -> Option<String> {
+        let o = &self.options;
+        let same_bounds = o.min_time_column == o.max_time_column;
+        match spec.name {
+            "extract_query" => Some(dollar_quote(&self.extract_query)),
+            "count_src_query" => Some(dollar_quote(&self.count_src_query)),
+            "merge_partitions_query" => Some(dollar_quote(&self.merge_partitions_query)),
+            "update_group" => Some(self.update_group.to_string()),
+            "time_column" => same_bounds.then(|| quote(&o.min_time_column)),
+            "min_time_column" => (!same_bounds).then(|| quote(&o.min_time_column)),
+            "max_time_column" => (!same_bounds).then(|| quote(&o.max_time_column)),
+            "source_partition_delta" => Some(quote(&o.source_partition_delta)),
+            "merge_partition_delta" => Some(quote(&o.merge_partition_delta)),
+            "merge_sort_order" => o.merge_sort_order.as_ref().map(|c| quote(&c.join(", "))),
+            other => unreachable!("option {other} has no rendering"),
         }
-        values.into_definition(name)
     }
 
     /// The canonical `CREATE MATERIALIZED VIEW` text of this definition.
     pub fn render(&self, or_replace: bool) -> String {
-        let mut out = String::new();
-        out.push_str(if or_replace {
-            "CREATE OR REPLACE MATERIALIZED VIEW "
-        } else {
-            "CREATE MATERIALIZED VIEW "
-        });
-        out.push_str(&self.name);
-        out.push_str(" WITH (\n");
-        let o = &self.options;
-        let mut items: Vec<(&str, String)> = vec![
-            ("extract_query", dollar_quote(&self.extract_query)),
-            ("count_src_query", dollar_quote(&self.count_src_query)),
-            (
-                "merge_partitions_query",
-                dollar_quote(&self.merge_partitions_query),
-            ),
-            ("update_group", self.update_group.to_string()),
-        ];
-        if o.min_time_column == o.max_time_column {
-            items.push(("time_column", quote(&o.min_time_column)));
-        } else {
-            items.push(("min_time_column", quote(&o.min_time_column)));
-            items.push(("max_time_column", quote(&o.max_time_column)));
-        }
-        items.push(("source_partition_delta", quote(&o.source_partition_delta)));
-        items.push(("merge_partition_delta", quote(&o.merge_partition_delta)));
-        if let Some(order) = &o.merge_sort_order {
-            items.push(("merge_sort_order", quote(&order.join(", "))));
-        }
+        let items: Vec<(&str, String)> = OPTIONS
+            .iter()
+            .filter_map(|spec| Some((spec.name, self.rendered_option(spec)?)))
+            .collect();
         let width = items.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
         let lines: Vec<String> = items
             .iter()
             .map(|(n, v)| format!("  {n:<width$} = {v}"))
             .collect();
-        out.push_str(&lines.join(",\n"));
-        out.push_str("\n);");
-        out
+        format!(
+            "CREATE {}MATERIALIZED VIEW {} WITH (\n{}\n);",
+            if or_replace { "OR REPLACE " } else { "" },
+            self.name,
+            lines.join(",\n")
+        )
     }
 
     /// The `view_options` jsonb value.
     pub fn view_options_json(&self) -> serde_json::Value {
         serde_json::to_value(&self.options).expect("options serialize")
-    }
-}
-
-fn required_query(value: Option<String>, name: &str) -> Result<String> {
-    match value {
-        None => Err(Error::option(format!("option \"{name}\" is required"))),
-        Some(q) if q.trim().is_empty() => Err(Error::option(format!(
-            "option \"{name}\" must not be empty"
-        ))),
-        Some(q) => Ok(q),
     }
 }
 
@@ -838,5 +995,36 @@ mod tests {
             e.message.starts_with("definition of \"v\" is too long: "),
             "{e}"
         );
+    }
+}
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+
+    /// The README's option table is this module's, word for word.
+    #[test]
+    fn the_readme_table_is_the_option_table() {
+        let readme = include_str!("../../README.md");
+        let begin = "<!-- options table: generated from core/src/options.rs -->\n";
+        let start = readme.find(begin).expect("README has the option table") + begin.len();
+        let end = start
+            + readme[start..]
+                .find("<!-- end of options table -->")
+                .unwrap();
+        assert_eq!(
+            &readme[start..end],
+            markdown_table(),
+            "update README.md from options::markdown_table()"
+        );
+    }
+
+    #[test]
+    fn every_option_renders_and_maps() {
+        assert_eq!(OPTIONS.len(), 10);
+        for spec in OPTIONS {
+            assert_eq!(option_spec(spec.name).unwrap().name, spec.name);
+            assert!(named_arguments_sql().contains(spec.name));
+        }
     }
 }

@@ -88,26 +88,14 @@ pub fn schema_ipc_bytes(bytes: &[u8]) {
     schema_any(&base64::engine::general_purpose::STANDARD.encode(bytes));
 }
 
-/// Any option values (fields separated by NUL: name, the ten options in
+/// Any option values (fields separated by NUL: name, then the options in
 /// canonical order, update_group as text) end in a definition or an
 /// option error; an accepted one renders to a statement that parses back
 /// to the same definition.
 pub fn option_values(text: &str) {
     let mut parts = text.split('\0');
     let name = parts.next().unwrap_or_default().to_string();
-    let mut next = || parts.next().map(str::to_string);
-    let values = OptionValues {
-        extract_query: next(),
-        count_src_query: next(),
-        merge_partitions_query: next(),
-        update_group: next().and_then(|g| g.trim().parse().ok()),
-        time_column: next(),
-        min_time_column: next(),
-        max_time_column: next(),
-        source_partition_delta: next(),
-        merge_partition_delta: next(),
-        merge_sort_order: next(),
-    };
+    let values = OptionValues::from_positional(parts.map(|p| Some(p.to_string())));
     let result = isolate::run(move || {
         let definition = values.into_definition(&name)?;
         let rendered = definition.render(false);

@@ -1,65 +1,95 @@
-//! The Rust steps the SQL in `sql/` calls. Each is a pure function of its
-//! arguments: parsing, option rules, planning and checks come from the core;
-//! every table read and write happens in SQL, under the catalog lock.
+//! The Rust steps the SQL in `sql/` calls: one call per definition written
+//! (`_mm_prepare_definition`, from the table's BEFORE trigger), and a few
+//! small readers.
 //!
 //! Every function here that reads caller-supplied text or bytes does all of
 //! that reading inside `run_isolated`: on a planning thread (large stack,
 //! panics caught), under the session's limits, with the backend servicing
-//! interrupts while it waits.
+//! interrupts while it waits. Postgres itself (SPI) is called only from the
+//! backend's thread, between two isolated steps.
 
 use super::errors::OrRaise;
+use super::settings;
 use super::thread::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
-use micromegas_views_core::options::{check_name, NameUse, OptionValues};
-use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
+use micromegas_views_core::options::{check_name, check_view_name, NameUse};
+use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput};
+use micromegas_views_core::{ddl, schema, CatalogRow, SourceKind, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
-use serde_json::{json, Value};
+use std::cell::RefCell;
+use std::collections::VecDeque;
 
-fn definition_value(d: &Definition) -> Value {
-    serde_json::to_value(d).expect("definitions serialize")
-}
-
-fn definition_from_value(value: Value) -> Result<Definition> {
-    serde_json::from_value(value)
-        .map_err(|e| Error::internal("malformed definition").with_detail(e.to_string()))
-}
-
-/// The definition a CREATE statement's text describes.
-fn definition_from_text(text: &str) -> Result<Definition> {
-    match ddl::parse(text)? {
-        Statement::Create(create) => Definition::from_statement(&create),
-        Statement::Drop(_) => Err(Error::option(
-            "definition_sql must be a CREATE MATERIALIZED VIEW statement",
-        )
-        .with_hint("Delete the row to drop a view.")),
+/// The view sets named `names`, as the tables store them now: the
+/// built-ins, and the DDL views other than `own` (a replaced view never
+/// reads its previous self).
+fn catalog_rows(names: &[String], own: &str) -> Vec<CatalogRow> {
+    if names.is_empty() {
+        return Vec::new();
     }
+    const QUERY: &str = "
+        SELECT b.view_set_name, b.schema_ipc, b.update_group, b.kind, NULL::text
+          FROM micromegas.builtin_view_sets b
+         WHERE b.view_set_name = ANY ($1)
+        UNION ALL
+        SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
+               CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
+          FROM micromegas.lakehouse_view_set_definitions d
+         WHERE d.view_set_name = ANY ($1) AND d.view_set_name <> $2";
+    Spi::connect(|client| {
+        let args = [names.to_vec().into(), own.to_string().into()];
+        let table = client.select(QUERY, None, &args)?;
+        let mut rows = Vec::with_capacity(table.len());
+        for row in table {
+            let kind: String = row.get(4)?.unwrap_or_default();
+            rows.push(CatalogRow {
+                name: row.get(1)?.unwrap_or_default(),
+                schema_ipc: row.get(2)?,
+                update_group: row.get(3)?,
+                kind: match kind.as_str() {
+                    "raw" => SourceKind::Raw,
+                    "instance_only" => SourceKind::InstanceOnly,
+                    _ => SourceKind::Materialized,
+                },
+                load_error: row.get(5)?,
+            });
+        }
+        Ok::<_, pgrx::spi::Error>(rows)
+    })
+    .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"))
 }
 
-fn first_difference(a: &Definition, b: &Definition) -> String {
-    let field = if a.extract_query != b.extract_query {
-        "extract_query"
-    } else if a.count_src_query != b.count_src_query {
-        "count_src_query"
-    } else if a.merge_partitions_query != b.merge_partitions_query {
-        "merge_partitions_query"
-    } else if a.update_group != b.update_group {
-        "update_group"
-    } else {
-        "view_options"
-    };
-    format!("{field} differs.")
+/// What validation concluded for a definition against a catalog snapshot.
+/// Validation is a pure function of these, so a repeated question within
+/// the session (a replace's row is checked by the INSERT trigger that
+/// redirects it, then by the UPDATE; a dependent re-checked, then
+/// rewritten) gets the same answer without planning again.
+struct Memo {
+    key: (Derived, Vec<CatalogRow>, usize),
+    prepared: Prepared,
 }
 
-/// Every stored form of a schema given as JSON or base64 IPC.
-fn normalized_schema(text: &str) -> Result<Value> {
-    let parsed = schema::parse_any(text)?;
-    Ok(json!({
-        "schema_ipc": schema::to_ipc_base64(&parsed)?,
-        "schema_json": schema::to_json(&parsed),
-        "schema_hash": hex::encode(schema::schema_hash_bytes(&parsed)),
-        "formatted": schema::format(&parsed),
-    }))
+const MEMO_ENTRIES: usize = 8;
+
+thread_local! {
+    static MEMO: RefCell<VecDeque<Memo>> = const { RefCell::new(VecDeque::new()) };
+}
+
+fn remembered(key: &(Derived, Vec<CatalogRow>, usize)) -> Option<Prepared> {
+    MEMO.with_borrow(|memo| {
+        memo.iter()
+            .find(|m| &m.key == key)
+            .map(|m| m.prepared.clone())
+    })
+}
+
+fn remember(key: (Derived, Vec<CatalogRow>, usize), prepared: Prepared) {
+    MEMO.with_borrow_mut(|memo| {
+        if memo.len() == MEMO_ENTRIES {
+            memo.pop_front();
+        }
+        memo.push_back(Memo { key, prepared });
+    })
 }
 
 /// The SQL-callable steps. They are created unqualified, in the extension's
@@ -69,34 +99,14 @@ fn normalized_schema(text: &str) -> Result<Value> {
 mod micromegas {
     use super::*;
 
-    /// Parses a CREATE or DROP MATERIALIZED VIEW statement.
-    #[pg_extern(immutable, parallel_safe, name = "_mm_parse_statement")]
-    fn parse_statement(statement: &str) -> JsonB {
-        let statement = statement.to_owned();
-        JsonB(
-            run_isolated(move || match ddl::parse(&statement)? {
-                Statement::Create(create) => {
-                    let definition = Definition::from_statement(&create)?;
-                    Ok(json!({
-                        "kind": "create",
-                        "or_replace": create.or_replace,
-                        "name": definition.name,
-                        "definition": definition_value(&definition),
-                    }))
-                }
-                Statement::Drop(drop) => {
-                    check_name(&drop.name, NameUse::Reference)?;
-                    Ok(json!({"kind": "drop", "if_exists": drop.if_exists, "name": drop.name}))
-                }
-            })
-            .or_raise(),
-        )
-    }
-
-    /// The definition a table row describes. `definition_sql`, when given, is
-    /// parsed; when columns are given too, both must describe the same view.
-    #[pg_extern(immutable, parallel_safe, name = "_mm_definition_from_row")]
-    fn definition_from_row(
+    /// Everything a definitions row stores, derived from what was written:
+    /// the statement text, the columns, or both (they must agree). Parses,
+    /// reads the view sets the queries mention, plans and checks. With
+    /// `keep_failed`, a restored row whose queries no longer plan comes back
+    /// with `load_error` set instead of an error.
+    #[pg_extern(volatile, name = "_mm_prepare_definition")]
+    #[allow(clippy::too_many_arguments)]
+    fn prepare_definition(
         view_set_name: Option<String>,
         definition_sql: Option<String>,
         extract_query: Option<String>,
@@ -104,134 +114,130 @@ mod micromegas {
         merge_partitions_query: Option<String>,
         update_group: Option<i32>,
         view_options: Option<JsonB>,
-    ) -> JsonB {
-        let view_options = view_options.map(|j| j.0);
-        JsonB(
-            run_isolated(move || {
-                let has_columns = extract_query.is_some()
-                    || count_src_query.is_some()
-                    || merge_partitions_query.is_some()
-                    || update_group.is_some()
-                    || view_options.is_some();
-                let from_text = definition_sql
-                    .as_deref()
-                    .map(definition_from_text)
-                    .transpose()?;
-                if let (Some(d), Some(name)) = (&from_text, &view_set_name) {
-                    if &d.name != name {
-                        return Err(Error::option(format!(
-                            "definition_sql defines \"{}\" but the row's view_set_name is \"{name}\"",
-                            d.name
-                        )));
-                    }
-                }
-                let from_columns = if has_columns || from_text.is_none() {
-                    let name = view_set_name
-                        .clone()
-                        .or(from_text.as_ref().map(|d| d.name.clone()))
-                        .ok_or_else(|| Error::option("view_set_name is required"))?;
-                    Some(Definition::from_row(
-                        &name,
-                        extract_query,
-                        count_src_query,
-                        merge_partitions_query,
-                        update_group,
-                        view_options.as_ref(),
-                    )?)
-                } else {
-                    None
-                };
-                let definition = match (from_text, from_columns) {
-                    (Some(t), Some(c)) if t != c => {
-                        return Err(Error::option(format!(
-                            "definition_sql does not match the row's columns for \"{}\"",
-                            t.name
-                        ))
-                        .with_detail(first_difference(&t, &c))
-                        .with_hint(
-                            "Write either definition_sql or the columns; the other is derived.",
-                        ))
-                    }
-                    (Some(t), _) => t,
-                    (None, Some(c)) => c,
-                    (None, None) => unreachable!("a row has text or columns"),
-                };
-                Ok(definition_value(&definition))
-            })
-            .or_raise(),
-        )
-    }
-
-    /// The canonical statement for the named-argument form of mm_create_view.
-    #[pg_extern(immutable, parallel_safe, name = "_mm_render_create")]
-    #[allow(clippy::too_many_arguments)]
-    fn render_create(
-        name: String,
-        extract_query: Option<String>,
-        count_src_query: Option<String>,
-        merge_partitions_query: Option<String>,
-        update_group: Option<i32>,
-        time_column: Option<String>,
-        min_time_column: Option<String>,
-        max_time_column: Option<String>,
-        source_partition_delta: Option<String>,
-        merge_partition_delta: Option<String>,
-        merge_sort_order: Option<String>,
-        or_replace: bool,
-    ) -> String {
-        let values = OptionValues {
+        keep_failed: bool,
+    ) -> TableIterator<
+        'static,
+        (
+            name!(view_set_name, String),
+            name!(or_replace, bool),
+            name!(definition_sql, String),
+            name!(extract_query, String),
+            name!(count_src_query, String),
+            name!(merge_partitions_query, String),
+            name!(update_group, i32),
+            name!(view_options, JsonB),
+            name!(schema_ipc, String),
+            name!(schema_json, JsonB),
+            name!(schema_hash, Vec<u8>),
+            name!(reads, Vec<String>),
+            name!(load_error, Option<String>),
+        ),
+    > {
+        let row = RowInput {
+            view_set_name,
+            definition_sql,
             extract_query,
             count_src_query,
             merge_partitions_query,
             update_group,
-            time_column,
-            min_time_column,
-            max_time_column,
-            source_partition_delta,
-            merge_partition_delta,
-            merge_sort_order,
+            view_options: view_options.map(|j| j.0),
         };
-        run_isolated(move || Ok(values.into_definition(&name)?.render(or_replace))).or_raise()
+        let derived = run_isolated(move || prepare::derive(row)).or_raise();
+        let rows = catalog_rows(&derived.mentioned, &derived.definition.name);
+        let key = (derived, rows, settings::max_plan_nodes());
+        let prepared = match remembered(&key) {
+            Some(prepared) => prepared,
+            None => {
+                let (derived, rows) = (key.0.clone(), key.1.clone());
+                let prepared =
+                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed)).or_raise();
+                if prepared.load_error.is_none() {
+                    remember(key.clone(), prepared.clone());
+                }
+                prepared
+            }
+        };
+        let (derived, d) = (&key.0, &key.0.definition);
+        TableIterator::once((
+            d.name.clone(),
+            derived.or_replace,
+            prepared.definition_sql,
+            d.extract_query.clone(),
+            d.count_src_query.clone(),
+            d.merge_partitions_query.clone(),
+            d.update_group,
+            JsonB(prepared.view_options),
+            prepared.schema_ipc,
+            JsonB(prepared.schema_json),
+            prepared.schema_hash,
+            prepared.reads,
+            prepared.load_error,
+        ))
     }
 
-    /// The relation names a definition's queries mention (a superset of
-    /// what they read): what a restored definition that no longer plans is
-    /// recorded as reading.
-    #[pg_extern(immutable, parallel_safe, name = "_mm_referenced_relations")]
-    fn referenced_relations(definition: JsonB) -> Vec<String> {
-        let definition = definition.0;
-        run_isolated(move || checks::referenced_relations(&definition_from_value(definition)?))
-            .or_raise()
-    }
-
-    /// Plans and checks a definition against a catalog snapshot
-    /// (`[{name, schema_ipc, update_group, kind, load_error}]`).
-    #[pg_extern(immutable, parallel_safe, name = "_mm_validate")]
-    fn validate(definition: JsonB, catalog: JsonB) -> JsonB {
-        let (definition, catalog) = (definition.0, catalog.0);
-        JsonB(
-            run_isolated(move || {
-                let definition = definition_from_value(definition)?;
-                let catalog = Catalog::from_json(&catalog)?;
-                let validated = checks::validate(&definition, &catalog)?;
-                Ok(json!({
-                    "view_options": definition.view_options_json(),
-                    "definition_sql": definition.render(false),
-                    "schema_ipc": schema::to_ipc_base64(&validated.schema)?,
-                    "schema_json": schema::to_json(&validated.schema),
-                    "schema_hash": hex::encode(schema::schema_hash_bytes(&validated.schema)),
-                    "reads": validated.reads,
-                }))
+    /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF
+    /// EXISTS). A bare view name is a drop of it. The name rule is applied.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_statement_target")]
+    fn statement_target(
+        statement: &str,
+    ) -> TableIterator<
+        'static,
+        (
+            name!(kind, String),
+            name!(view_set_name, String),
+            name!(or_replace, bool),
+            name!(if_exists, bool),
+        ),
+    > {
+        let text = statement.to_owned();
+        let target = run_isolated(move || {
+            let bare = text.trim().trim_end_matches(';').trim_end();
+            if !bare.is_empty()
+                && bare
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+            {
+                check_name(bare, NameUse::Reference)?;
+                return Ok(("drop".to_string(), bare.to_string(), false, false));
+            }
+            Ok(match ddl::parse(&text)? {
+                Statement::Create(create) => {
+                    check_view_name(&create.name)?;
+                    ("create".to_string(), create.name, create.or_replace, false)
+                }
+                Statement::Drop(drop) => {
+                    check_name(&drop.name, NameUse::Reference)?;
+                    ("drop".to_string(), drop.name, false, drop.if_exists)
+                }
             })
-            .or_raise(),
-        )
+        })
+        .or_raise();
+        TableIterator::once(target)
     }
 
-    /// Reads a schema given as JSON or base64 Arrow IPC and returns every stored form.
-    #[pg_extern(immutable, parallel_safe, name = "_mm_normalize_schema")]
-    fn normalize_schema(schema_text: &str) -> JsonB {
+    /// Reads a schema given as JSON or base64 Arrow IPC: its stored forms.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_schema_forms")]
+    fn schema_forms(
+        schema_text: &str,
+    ) -> TableIterator<
+        'static,
+        (
+            name!(schema_ipc, String),
+            name!(schema_json, JsonB),
+            name!(schema_hash, Vec<u8>),
+        ),
+    > {
         let text = schema_text.to_owned();
-        JsonB(run_isolated(move || normalized_schema(&text)).or_raise())
+        let (ipc, json, hash) = run_isolated(move || {
+            let parsed = schema::parse_any(&text)?;
+            Ok((
+                schema::to_ipc_base64(&parsed)?,
+                schema::to_json(&parsed),
+                schema::schema_hash_bytes(&parsed).to_vec(),
+            ))
+        })
+        .or_raise();
+        TableIterator::once((ipc, JsonB(json), hash))
     }
 
     /// The readable one-field-per-line form of a stored schema.

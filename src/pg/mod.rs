@@ -3,5 +3,6 @@
 
 mod api;
 mod errors;
+mod legacy;
 pub mod settings;
 mod thread;

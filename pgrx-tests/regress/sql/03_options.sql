@@ -37,4 +37,4 @@ SELECT view_set_name, status FROM micromegas.mm_create_view(
   count_src_query => $$SELECT count(*) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'$$,
   merge_partitions_query => 'SELECT time, process_id FROM {source}',
   update_group => 4000, time_column => 'time');
-SELECT * FROM mmv_try($$SELECT micromegas.mm_create_view(name => 'opt_named', extract_query => 'x', count_src_query => 'y', merge_partitions_query => 'z', update_group => 1)$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_create_view(name => 'opt_unnamed_time', extract_query => 'x', count_src_query => 'y', merge_partitions_query => 'z', update_group => 1)$$);

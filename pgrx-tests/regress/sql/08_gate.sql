@@ -29,7 +29,7 @@ RESET ROLE;
 SET ROLE mmv_test_admin;
 SELECT * FROM mmv_try($$SELECT micromegas._mm_next_version()$$);
 SELECT * FROM mmv_try($$SELECT micromegas._mm_lock_catalog()$$);
-SELECT * FROM mmv_try($$SELECT micromegas._mm_validate('{}', '[]')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas._mm_prepare_definition('v', NULL, NULL, NULL, NULL, NULL, NULL, false)$$);
 RESET ROLE;
 
 -- micromegas_reader reads the catalog and writes nothing; admin is a member.

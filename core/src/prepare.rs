@@ -1,0 +1,279 @@
+//! One write of a definition row, in two steps around the caller's catalog
+//! look-up: [`derive`] reads the row (statement text, columns, or both) into
+//! a [`Definition`] and names the view sets its queries mention; the caller
+//! fetches those from its tables; [`prepare`] plans and checks the
+//! definition against them and returns every derived column of the row.
+
+use crate::catalog::{Catalog, CatalogRow};
+use crate::checks;
+use crate::ddl::{self, Statement};
+use crate::error::{Error, ErrorKind, Result};
+use crate::options::Definition;
+use crate::schema;
+use arrow_schema::Schema;
+
+/// A row as written: any of the statement and the columns may be missing.
+#[derive(Debug, Clone, Default)]
+pub struct RowInput {
+    pub view_set_name: Option<String>,
+    pub definition_sql: Option<String>,
+    pub extract_query: Option<String>,
+    pub count_src_query: Option<String>,
+    pub merge_partitions_query: Option<String>,
+    pub update_group: Option<i32>,
+    pub view_options: Option<serde_json::Value>,
+}
+
+/// What a row defines, before planning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    pub definition: Definition,
+    /// The statement said CREATE OR REPLACE.
+    pub or_replace: bool,
+    /// The statement text to store (the row's own), if the row gave one.
+    pub statement: Option<String>,
+    /// Every relation name the queries mention: the view sets to look up.
+    pub mentioned: Vec<String>,
+}
+
+/// Every column a validated row stores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prepared {
+    pub definition_sql: String,
+    pub view_options: serde_json::Value,
+    pub schema_ipc: String,
+    pub schema_json: serde_json::Value,
+    pub schema_hash: Vec<u8>,
+    pub reads: Vec<String>,
+    /// Set only for a restored row kept as failed to load.
+    pub load_error: Option<String>,
+}
+
+fn definition_from_text(text: &str) -> Result<(Definition, bool)> {
+    match ddl::parse(text)? {
+        Statement::Create(create) => Ok((Definition::from_statement(&create)?, create.or_replace)),
+        Statement::Drop(_) => Err(Error::new(
+            ErrorKind::Syntax,
+            "expected CREATE MATERIALIZED VIEW, not DROP MATERIALIZED VIEW",
+        )
+        .with_hint("Use micromegas.mm_drop_view() to drop a view.")),
+    }
+}
+
+fn first_difference(a: &Definition, b: &Definition) -> String {
+    let field = if a.extract_query != b.extract_query {
+        "extract_query"
+    } else if a.count_src_query != b.count_src_query {
+        "count_src_query"
+    } else if a.merge_partitions_query != b.merge_partitions_query {
+        "merge_partitions_query"
+    } else if a.update_group != b.update_group {
+        "update_group"
+    } else {
+        "view_options"
+    };
+    format!("{field} differs.")
+}
+
+/// The definition a row describes. `definition_sql`, when given, is parsed;
+/// when columns are given too, both must describe the same view.
+pub fn derive(row: RowInput) -> Result<Derived> {
+    let has_columns = row.extract_query.is_some()
+        || row.count_src_query.is_some()
+        || row.merge_partitions_query.is_some()
+        || row.update_group.is_some()
+        || row.view_options.is_some();
+    let from_text = row
+        .definition_sql
+        .as_deref()
+        .map(definition_from_text)
+        .transpose()?;
+    if let (Some((d, _)), Some(name)) = (&from_text, &row.view_set_name) {
+        if &d.name != name {
+            return Err(Error::option(format!(
+                "definition_sql defines \"{}\" but the row's view_set_name is \"{name}\"",
+                d.name
+            )));
+        }
+    }
+    let from_columns = if has_columns || from_text.is_none() {
+        let name = row
+            .view_set_name
+            .clone()
+            .or(from_text.as_ref().map(|(d, _)| d.name.clone()))
+            .ok_or_else(|| Error::option("view_set_name is required"))?;
+        Some(Definition::from_row(
+            &name,
+            row.extract_query,
+            row.count_src_query,
+            row.merge_partitions_query,
+            row.update_group,
+            row.view_options.as_ref(),
+        )?)
+    } else {
+        None
+    };
+    let (definition, or_replace) = match (from_text, from_columns) {
+        (Some((t, _)), Some(c)) if t != c => {
+            return Err(Error::option(format!(
+                "definition_sql does not match the row's columns for \"{}\"",
+                t.name
+            ))
+            .with_detail(first_difference(&t, &c))
+            .with_hint("Write either definition_sql or the columns; the other is derived."))
+        }
+        (Some((t, or_replace)), _) => (t, or_replace),
+        (None, Some(c)) => (c, false),
+        (None, None) => unreachable!("a row has text or columns"),
+    };
+    let mentioned = checks::referenced_relations(&definition)?;
+    Ok(Derived {
+        definition,
+        or_replace,
+        statement: row.definition_sql,
+        mentioned,
+    })
+}
+
+/// Plans and checks `derived` against the view sets it mentions (`rows`:
+/// those that exist, the view itself excluded), and returns the row's
+/// derived columns. With `keep_failed` (a restored row that had failed to
+/// load), a definition whose queries no longer plan is kept as failed with
+/// the reason, the empty schema, and the existing view sets it mentions as
+/// what it reads; any other problem is still an error.
+pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Result<Prepared> {
+    let definition = &derived.definition;
+    let definition_sql = derived
+        .statement
+        .clone()
+        .unwrap_or_else(|| definition.render(false));
+    let catalog = Catalog::from_rows(rows)?;
+    let (schema, reads, load_error) = match checks::validate(definition, &catalog) {
+        Ok(validated) => (validated.schema, validated.reads, None),
+        Err(e) if keep_failed && e.kind == ErrorKind::InvalidDefinition => {
+            let mut reads: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
+            reads.sort();
+            reads.dedup();
+            let reason = format!("no longer valid when restored: {}", e.message);
+            (Schema::empty().into(), reads, Some(reason))
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Prepared {
+        definition_sql,
+        view_options: definition.view_options_json(),
+        schema_ipc: schema::to_ipc_base64(&schema)?,
+        schema_json: schema::to_json(&schema),
+        schema_hash: schema::schema_hash_bytes(&schema).to_vec(),
+        reads,
+        load_error,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtins::LOG_STATS_SQL;
+    use crate::catalog::SourceKind;
+
+    fn blocks() -> CatalogRow {
+        let schema = schema::parse_any(
+            r#"[{"name": "insert_time", "type": "Timestamp(Nanosecond, Some(\"+00:00\"))", "nullable": false},
+                {"name": "process_id", "type": "Utf8", "nullable": false},
+                {"name": "nb_objects", "type": "Int32", "nullable": false}]"#,
+        )
+        .unwrap();
+        CatalogRow {
+            name: "blocks".into(),
+            schema_ipc: Some(schema::to_ipc_base64(&schema).unwrap()),
+            update_group: None,
+            kind: SourceKind::Raw,
+            load_error: None,
+        }
+    }
+
+    #[test]
+    fn a_statement_row_keeps_its_text_and_says_or_replace() {
+        let text = LOG_STATS_SQL.replace("CREATE MATERIALIZED", "CREATE OR REPLACE MATERIALIZED");
+        let derived = derive(RowInput {
+            definition_sql: Some(text.clone()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(derived.or_replace);
+        assert_eq!(derived.definition.name, "log_stats");
+        assert!(derived.mentioned.contains(&"log_entries".to_string()));
+        assert_eq!(derived.statement.as_deref(), Some(text.as_str()));
+    }
+
+    #[test]
+    fn a_column_row_is_rendered() {
+        let d = derive(RowInput {
+            definition_sql: Some(LOG_STATS_SQL.into()),
+            ..Default::default()
+        })
+        .unwrap()
+        .definition;
+        let derived = derive(RowInput {
+            view_set_name: Some(d.name.clone()),
+            extract_query: Some(d.extract_query.clone()),
+            count_src_query: Some(d.count_src_query.clone()),
+            merge_partitions_query: Some(d.merge_partitions_query.clone()),
+            update_group: Some(d.update_group),
+            view_options: Some(d.view_options_json()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(derived.definition, d);
+        assert!(!derived.or_replace);
+        assert_eq!(derived.statement, None);
+    }
+
+    #[test]
+    fn text_and_columns_must_agree() {
+        let d = derive(RowInput {
+            definition_sql: Some(LOG_STATS_SQL.into()),
+            ..Default::default()
+        })
+        .unwrap()
+        .definition;
+        let e = derive(RowInput {
+            definition_sql: Some(LOG_STATS_SQL.into()),
+            extract_query: Some(d.extract_query.clone()),
+            count_src_query: Some(d.count_src_query.clone()),
+            merge_partitions_query: Some(d.merge_partitions_query.clone()),
+            update_group: Some(d.update_group + 1),
+            view_options: Some(d.view_options_json()),
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.detail.as_deref(), Some("update_group differs."));
+        assert_eq!(
+            e.message,
+            "definition_sql does not match the row's columns for \"log_stats\""
+        );
+    }
+
+    #[test]
+    fn a_failed_restore_is_kept_with_its_reason() {
+        let text = "CREATE MATERIALIZED VIEW r WITH (extract_query = 'SELECT nope FROM blocks', \
+                    count_src_query = 'SELECT 1', merge_partitions_query = 'SELECT * FROM {source}', \
+                    update_group = 5, time_column = 'nope')";
+        let derived = derive(RowInput {
+            definition_sql: Some(text.into()),
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(derived.mentioned, ["blocks"]);
+        let e = prepare(&derived, &[blocks()], false).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidDefinition);
+        let kept = prepare(&derived, &[blocks()], true).unwrap();
+        assert!(kept
+            .load_error
+            .unwrap()
+            .starts_with("no longer valid when restored: "));
+        assert_eq!(kept.reads, ["blocks"]);
+        assert_eq!(kept.definition_sql, text);
+        assert_eq!(kept.schema_json, serde_json::json!({"fields": []}));
+    }
+}

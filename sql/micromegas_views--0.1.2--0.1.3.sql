@@ -1,0 +1,491 @@
+-- micromegas_views 0.1.2 -> 0.1.3. What changes:
+-- * one call into Rust per definition written: the table's BEFORE trigger
+--   calls _mm_prepare_definition (parse, look up what the queries mention,
+--   plan, check; a typed row back), replacing _mm_parse_statement,
+--   _mm_definition_from_row, _mm_check/_mm_validate, _mm_referenced_relations
+--   and _mm_normalize_schema (jsonb between SQL and Rust);
+-- * mm_create_view(statement) hands the statement to the INSERT without
+--   parsing it first; a CREATE OR REPLACE of an existing view becomes an
+--   UPDATE of its row in the trigger;
+-- * the named-argument mm_create_view writes the columns (the trigger renders
+--   the statement), instead of rendering it in Rust first;
+-- * mm_drop_view(statement) reads the statement (or a bare name) in Rust, with
+--   no regular expression; both forms share _mm_drop;
+-- * built-in schemas are read by _mm_schema_forms (a typed row).
+-- The Rust symbols the released install scripts name stay in the library
+-- (src/pg/legacy.rs): see the rule in micromegas_views--0.1.1--0.1.2.sql.
+
+DROP FUNCTION micromegas._mm_check(jsonb);
+DROP FUNCTION micromegas._mm_row_definition(micromegas.lakehouse_view_set_definitions);
+DROP FUNCTION micromegas._mm_parse_statement(text);
+DROP FUNCTION micromegas._mm_definition_from_row(text, text, text, text, text, integer, jsonb);
+DROP FUNCTION micromegas._mm_render_create(text, text, text, text, integer, text, text, text, text, text, text, boolean);
+DROP FUNCTION micromegas._mm_referenced_relations(jsonb);
+DROP FUNCTION micromegas._mm_validate(jsonb, jsonb);
+DROP FUNCTION micromegas._mm_normalize_schema(text);
+
+-- New Rust functions (internal: callable by neither role).
+CREATE FUNCTION micromegas."_mm_prepare_definition"(
+	"view_set_name" TEXT, /* Option < String > */
+	"definition_sql" TEXT, /* Option < String > */
+	"extract_query" TEXT, /* Option < String > */
+	"count_src_query" TEXT, /* Option < String > */
+	"merge_partitions_query" TEXT, /* Option < String > */
+	"update_group" INT, /* Option < i32 > */
+	"view_options" jsonb, /* Option < JsonB > */
+	"keep_failed" bool /* bool */
+) RETURNS TABLE (
+	"view_set_name" TEXT,  /* String */
+	"or_replace" bool,  /* bool */
+	"definition_sql" TEXT,  /* String */
+	"extract_query" TEXT,  /* String */
+	"count_src_query" TEXT,  /* String */
+	"merge_partitions_query" TEXT,  /* String */
+	"update_group" INT,  /* i32 */
+	"view_options" jsonb,  /* JsonB */
+	"schema_ipc" TEXT,  /* String */
+	"schema_json" jsonb,  /* JsonB */
+	"schema_hash" bytea,  /* Vec < u8 > */
+	"reads" TEXT[],  /* Vec < String > */
+	"load_error" TEXT  /* Option < String > */
+)
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'prepare_definition_wrapper';
+
+CREATE FUNCTION micromegas."_mm_statement_target"(
+	"statement" TEXT /* & str */
+) RETURNS TABLE (
+	"kind" TEXT,  /* String */
+	"view_set_name" TEXT,  /* String */
+	"or_replace" bool,  /* bool */
+	"if_exists" bool  /* bool */
+)
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'statement_target_wrapper';
+
+CREATE FUNCTION micromegas."_mm_schema_forms"(
+	"schema_text" TEXT /* & str */
+) RETURNS TABLE (
+	"schema_ipc" TEXT,  /* String */
+	"schema_json" jsonb,  /* JsonB */
+	"schema_hash" bytea  /* Vec < u8 > */
+)
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'schema_forms_wrapper';
+
+CREATE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+  IF FOUND THEN
+    RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version();
+    RETURN;
+  END IF;
+  IF NOT if_exists THEN
+    IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = target) THEN
+      RAISE EXCEPTION '"%" is a built-in view set, not a materialized view', target
+        USING ERRCODE = 'wrong_object_type',
+              DETAIL = 'Built-in view sets are defined in the services'' code.';
+    END IF;
+    RAISE EXCEPTION 'materialized view "%" does not exist', target
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version();
+END
+$$;
+
+REVOKE EXECUTE ON FUNCTION micromegas._mm_prepare_definition(text, text, text, text, text, integer, jsonb, boolean) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION micromegas._mm_statement_target(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION micromegas._mm_schema_forms(text) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION micromegas._mm_drop(text, boolean) FROM PUBLIC;
+
+-- Changed functions, as a fresh install creates them.
+
+CREATE OR REPLACE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked_schema text;
+  problem text;
+BEGIN
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    BEGIN
+      SELECT p.schema_ipc INTO checked_schema
+        FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
+               dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      IF strict THEN
+        RAISE EXCEPTION 'cannot change materialized view "%" because materialized view "%" depends on it', source, dep.view_set_name
+          USING ERRCODE = 'dependent_objects_still_exist',
+                DETAIL = format('materialized view "%s" would no longer be valid: %s', dep.view_set_name, problem),
+                HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dep.view_set_name);
+      END IF;
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
+       WHERE d.view_set_name = dep.view_set_name;
+      WITH RECURSIVE downstream(name) AS (
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+        UNION
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream w WHERE x.reads @> ARRAY[w.name]
+      )
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
+       WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
+      CONTINUE;
+    END;
+    IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
+      -- A full rewrite stores the new schema, clears a failed mark,
+      -- notifies, and re-checks its own dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = d.definition_sql
+       WHERE d.view_set_name = dep.view_set_name;
+    END IF;
+  END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  internal boolean := pg_catalog.pg_trigger_depth() > 1;
+  statement_sql text := NEW.definition_sql;
+  p record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_lock_catalog();
+    NEW.shipped := micromegas._mm_installing();
+    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+                                    WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- An INSERT over a row still exactly as shipped becomes an UPDATE of
+      -- it (validated like any other, keeping the given timestamps and
+      -- actor): this is how a restore (CREATE EXTENSION, then the dumped
+      -- rows) brings back a replaced log_stats.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
+             load_status = coalesce(NEW.load_status, 'ok')
+       WHERE d.view_set_name = NEW.view_set_name;
+      RETURN NULL;
+    END IF;
+  ELSE
+    PERFORM micromegas._mm_next_version();
+    -- Rows stay "as shipped" only through the extension's own scripts.
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
+    IF internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+       AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+            NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS NOT DISTINCT FROM
+           (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+            OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+      -- The extension marks a definition whose source changed as failed to load.
+      RETURN NEW;
+    END IF;
+    IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+      RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Create the view under the new name, then drop the old one.';
+    END IF;
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
+  END IF;
+
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(
+    NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+    NEW.update_group, NEW.view_options,
+    -- A restored row that had failed to load is validated again: it loads
+    -- if it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed');
+
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = p.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', p.view_set_name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Choose another name for the materialized view.';
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name) THEN
+      IF NOT p.or_replace THEN
+        RAISE EXCEPTION 'materialized view "%" already exists', p.view_set_name
+          USING ERRCODE = 'duplicate_object',
+                HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
+      END IF;
+      -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+      -- trigger asks the same question again and gets the answer just
+      -- computed, from the backend's memory; it re-checks the dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             updated_at = clock_timestamp(), updated_by = coalesce(NEW.updated_by, micromegas._mm_actor()),
+             load_status = 'ok'
+       WHERE d.view_set_name = p.view_set_name;
+      -- mm_create_view reports the replace (a skipped INSERT returns no row).
+      PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+      RETURN NULL;
+    END IF;
+    PERFORM micromegas._mm_next_version();
+  END IF;
+
+  NEW.view_set_name := p.view_set_name;
+  NEW.definition_sql := p.definition_sql;
+  NEW.extract_query := p.extract_query;
+  NEW.count_src_query := p.count_src_query;
+  NEW.merge_partitions_query := p.merge_partitions_query;
+  NEW.update_group := p.update_group;
+  NEW.view_options := p.view_options;
+  NEW.schema_ipc := p.schema_ipc;
+  NEW.schema_json := p.schema_json;
+  NEW.schema_hash := p.schema_hash;
+  NEW.reads := p.reads;
+  NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
+  NEW.load_error := p.load_error;
+  -- The Postgres role that made the change: no setting can change it.
+  NEW.updated_by_role := session_user;
+  IF TG_OP = 'INSERT' OR internal THEN
+    -- Given timestamps and actor are kept (a restore reproduces them; a
+    -- re-validation by the extension changes no definition).
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
+  ELSE
+    NEW.updated_at := clock_timestamp();
+    NEW.updated_by := micromegas._mm_actor();
+    NEW.created_at := OLD.created_at;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  forms record;
+BEGIN
+  PERFORM micromegas._mm_next_version();
+  IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+    RAISE EXCEPTION 'cannot rename built-in view set "%"', OLD.view_set_name
+      USING ERRCODE = 'feature_not_supported';
+  END IF;
+  PERFORM micromegas._mm_check_name(NEW.view_set_name, 'builtin');
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = NEW.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a materialized view defined with DDL', NEW.view_set_name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Drop the materialized view first, or register the built-in view set under another name.';
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    NEW.shipped := micromegas._mm_installing();
+    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b
+                                    WHERE b.view_set_name = NEW.view_set_name AND b.shipped) THEN
+      -- As for definitions: an INSERT over a shipped row updates it
+      -- (nested, so it keeps the given registration columns).
+      UPDATE micromegas.builtin_view_sets b
+         SET update_group = NEW.update_group, kind = NEW.kind, has_view_maker = NEW.has_view_maker,
+             global_instance_available = NEW.global_instance_available, schema_ipc = NEW.schema_ipc,
+             schema_json = NEW.schema_json, registered_at = NEW.registered_at, registered_by = NEW.registered_by
+       WHERE b.view_set_name = NEW.view_set_name;
+      RETURN NULL;
+    END IF;
+  ELSE
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
+  END IF;
+  IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
+    SELECT * INTO forms FROM micromegas._mm_schema_forms(NEW.schema_ipc);
+  ELSIF NEW.schema_json IS NOT NULL THEN
+    SELECT * INTO forms FROM micromegas._mm_schema_forms(NEW.schema_json::text);
+  ELSE
+    RAISE EXCEPTION 'built-in view set "%" needs a schema', NEW.view_set_name
+      USING ERRCODE = 'not_null_violation', HINT = 'Set schema_json or schema_ipc.';
+  END IF;
+  NEW.schema_ipc := forms.schema_ipc;
+  NEW.schema_json := forms.schema_json;
+  NEW.schema_hash := forms.schema_hash;
+  IF TG_OP = 'INSERT' OR pg_catalog.pg_trigger_depth() > 1 THEN
+    NEW.registered_at := coalesce(NEW.registered_at, clock_timestamp());
+    NEW.registered_by := coalesce(NEW.registered_by, micromegas._mm_actor());
+  ELSE
+    NEW.registered_at := clock_timestamp();
+    NEW.registered_by := micromegas._mm_actor();
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  target text;
+BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
+  RETURNING d.view_set_name INTO target;
+  IF target IS NOT NULL THEN
+    RETURN QUERY SELECT target, 'created'::text, micromegas.mm_catalog_version();
+  ELSE
+    RETURN QUERY SELECT pg_catalog.current_setting('micromegas_views.replaced'), 'replaced'::text,
+                        micromegas.mm_catalog_version();
+  END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
+  name text,
+  extract_query text,
+  count_src_query text,
+  merge_partitions_query text,
+  update_group integer,
+  time_column text DEFAULT NULL,
+  min_time_column text DEFAULT NULL,
+  max_time_column text DEFAULT NULL,
+  source_partition_delta text DEFAULT NULL,
+  merge_partition_delta text DEFAULT NULL,
+  merge_sort_order text DEFAULT NULL,
+  or_replace boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
+    'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
+    'merge_sort_order', merge_sort_order));
+  outcome text := 'created';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object', HINT = 'Pass or_replace => true to replace it.';
+    END IF;
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NULL, extract_query = mm_create_view.extract_query,
+           count_src_query = mm_create_view.count_src_query,
+           merge_partitions_query = mm_create_view.merge_partitions_query,
+           update_group = mm_create_view.update_group, view_options = options
+     WHERE d.view_set_name = name;
+    outcome := 'replaced';
+  ELSE
+    INSERT INTO micromegas.lakehouse_view_set_definitions AS d
+           (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
+    VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
+  END IF;
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_check_name(name::text, 'reference');
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  t record;
+BEGIN
+  SELECT * INTO t FROM micromegas._mm_statement_target(statement);
+  IF t.kind <> 'drop' THEN
+    RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'
+      USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_create_view() to create a view.';
+  END IF;
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_register_builtin_view_set(
+  name text,
+  schema text,
+  update_group integer,
+  kind text DEFAULT 'materialized',
+  has_view_maker boolean DEFAULT false,
+  global_instance_available boolean DEFAULT true)
+RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+BEGIN
+  -- The schema's forms (it reads JSON or IPC given as schema_ipc), the name
+  -- rules and the shared namespace are the table trigger's.
+  PERFORM micromegas._mm_lock_catalog();
+  INSERT INTO micromegas.builtin_view_sets AS b
+         (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
+  VALUES (name, update_group, kind, has_view_maker, global_instance_available,
+          schema, NULL)
+  ON CONFLICT ON CONSTRAINT builtin_view_sets_pkey DO UPDATE
+     SET update_group = EXCLUDED.update_group, kind = EXCLUDED.kind,
+         has_view_maker = EXCLUDED.has_view_maker,
+         global_instance_available = EXCLUDED.global_instance_available,
+         schema_ipc = EXCLUDED.schema_ipc, schema_json = EXCLUDED.schema_json;
+  RETURN QUERY SELECT b.view_set_name, b.schema_hash, micromegas.mm_catalog_version()
+                 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
+RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
+               dependents text[], materialization_position bigint, problems text[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  target text;
+  outcome text;
+  row_schema text;
+  row_hash bytea;
+  row_reads text[];
+  row_dependents text[];
+  row_position bigint;
+  problem text;
+  problem_detail text;
+  problem_state text;
+BEGIN
+  BEGIN
+    SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
+    SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
+      INTO row_schema, row_hash, row_reads
+      FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+    SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
+    RAISE EXCEPTION 'dry run' USING ERRCODE = 'MMDRY';
+  EXCEPTION
+    WHEN SQLSTATE 'MMDRY' THEN
+      NULL;
+    WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_detail = PG_EXCEPTION_DETAIL,
+                              problem_state = RETURNED_SQLSTATE;
+      BEGIN
+        SELECT t.view_set_name INTO target FROM micromegas._mm_statement_target(statement) t;
+      EXCEPTION WHEN OTHERS THEN
+        target := NULL;
+      END;
+      outcome := 'refused';
+      problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
+  END;
+  SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
+    FROM micromegas.lakehouse_view_set_definitions d
+   WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
+  RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
+                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+END
+$$;

@@ -1,0 +1,147 @@
+//! The Rust functions of released install scripts that 0.1.3 no longer
+//! declares. A released script (sql/archive/) names their symbols
+//! (`AS 'MODULE_PATHNAME', '…_wrapper'`), and it must still install and work
+//! against this library: the upgrade test creates each old version, writes
+//! definitions with it, then runs ALTER EXTENSION UPDATE. So they keep their
+//! exact signatures and behaviour, with no SQL object of their own
+//! (`sql = false`): each is a thin adapter over the same core steps the
+//! current functions use.
+
+use super::errors::OrRaise;
+use super::thread::run_isolated;
+use micromegas_views_core::options::{check_name, NameUse, OptionValues};
+use micromegas_views_core::prepare::{self, RowInput};
+use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
+use pgrx::prelude::*;
+use pgrx::JsonB;
+use serde_json::{json, Value};
+
+fn definition_value(d: &Definition) -> Value {
+    serde_json::to_value(d).expect("definitions serialize")
+}
+
+fn definition_from_value(value: Value) -> Result<Definition> {
+    serde_json::from_value(value)
+        .map_err(|e| Error::internal("malformed definition").with_detail(e.to_string()))
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+fn parse_statement(statement: &str) -> JsonB {
+    let statement = statement.to_owned();
+    JsonB(
+        run_isolated(move || match ddl::parse(&statement)? {
+            Statement::Create(create) => {
+                let definition = Definition::from_statement(&create)?;
+                Ok(json!({
+                    "kind": "create",
+                    "or_replace": create.or_replace,
+                    "name": definition.name,
+                    "definition": definition_value(&definition),
+                }))
+            }
+            Statement::Drop(drop) => {
+                check_name(&drop.name, NameUse::Reference)?;
+                Ok(json!({"kind": "drop", "if_exists": drop.if_exists, "name": drop.name}))
+            }
+        })
+        .or_raise(),
+    )
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+fn definition_from_row(
+    view_set_name: Option<String>,
+    definition_sql: Option<String>,
+    extract_query: Option<String>,
+    count_src_query: Option<String>,
+    merge_partitions_query: Option<String>,
+    update_group: Option<i32>,
+    view_options: Option<JsonB>,
+) -> JsonB {
+    let row = RowInput {
+        view_set_name,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options: view_options.map(|j| j.0),
+    };
+    JsonB(run_isolated(move || Ok(definition_value(&prepare::derive(row)?.definition))).or_raise())
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+#[allow(clippy::too_many_arguments)]
+fn render_create(
+    name: String,
+    extract_query: Option<String>,
+    count_src_query: Option<String>,
+    merge_partitions_query: Option<String>,
+    update_group: Option<i32>,
+    time_column: Option<String>,
+    min_time_column: Option<String>,
+    max_time_column: Option<String>,
+    source_partition_delta: Option<String>,
+    merge_partition_delta: Option<String>,
+    merge_sort_order: Option<String>,
+    or_replace: bool,
+) -> String {
+    let values = OptionValues::from_positional([
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group.map(|g| g.to_string()),
+        time_column,
+        min_time_column,
+        max_time_column,
+        source_partition_delta,
+        merge_partition_delta,
+        merge_sort_order,
+    ]);
+    run_isolated(move || Ok(values.into_definition(&name)?.render(or_replace))).or_raise()
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+fn referenced_relations(definition: JsonB) -> Vec<String> {
+    let definition = definition.0;
+    run_isolated(move || checks::referenced_relations(&definition_from_value(definition)?))
+        .or_raise()
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+fn validate(definition: JsonB, catalog: JsonB) -> JsonB {
+    let (definition, catalog) = (definition.0, catalog.0);
+    JsonB(
+        run_isolated(move || {
+            let definition = definition_from_value(definition)?;
+            let catalog = Catalog::from_json(&catalog)?;
+            let validated = checks::validate(&definition, &catalog)?;
+            Ok(json!({
+                "view_options": definition.view_options_json(),
+                "definition_sql": definition.render(false),
+                "schema_ipc": schema::to_ipc_base64(&validated.schema)?,
+                "schema_json": schema::to_json(&validated.schema),
+                "schema_hash": hex::encode(schema::schema_hash_bytes(&validated.schema)),
+                "reads": validated.reads,
+            }))
+        })
+        .or_raise(),
+    )
+}
+
+#[pg_extern(sql = false, immutable, parallel_safe)]
+fn normalize_schema(schema_text: &str) -> JsonB {
+    let text = schema_text.to_owned();
+    JsonB(
+        run_isolated(move || {
+            let parsed = schema::parse_any(&text)?;
+            Ok(json!({
+                "schema_ipc": schema::to_ipc_base64(&parsed)?,
+                "schema_json": schema::to_json(&parsed),
+                "schema_hash": hex::encode(schema::schema_hash_bytes(&parsed)),
+                "formatted": schema::format(&parsed),
+            }))
+        })
+        .or_raise(),
+    )
+}
