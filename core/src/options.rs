@@ -182,12 +182,12 @@ fn option_names(filter: impl Fn(&OptionSpec) -> bool) -> String {
 pub fn named_arguments_sql() -> String {
     let mut args = vec!["name text".to_string()];
     for o in OPTIONS {
-        let default = if o.default.is_some() {
-            " DEFAULT NULL"
-        } else {
-            ""
+        let sql_type = o.kind.sql_type();
+        let default = match o.default {
+            Some(_) => format!(" DEFAULT NULL::{sql_type}"),
+            None => String::new(),
         };
-        args.push(format!("{} {}{default}", o.name, o.kind.sql_type()));
+        args.push(format!("{} {sql_type}{default}", o.name));
     }
     args.push("or_replace boolean DEFAULT false".to_string());
     args.join(", ")
