@@ -6,11 +6,10 @@ SELECT view_set_name, update_group, reads FROM micromegas.lakehouse_view_set_def
  WHERE view_set_name LIKE 's\_%' ORDER BY view_set_name;
 CREATE FUNCTION pg_temp.still_valid(d micromegas.lakehouse_view_set_definitions) RETURNS boolean
 LANGUAGE plpgsql AS $$
-DECLARE
-  checked jsonb;
 BEGIN
-  checked := micromegas._mm_check(micromegas._mm_row_definition(d));
-  RETURN decode(checked->>'schema_hash', 'hex') = d.schema_hash;
+  RETURN (SELECT p.schema_hash = d.schema_hash
+            FROM micromegas._mm_prepare_definition(d.view_set_name, NULL, d.extract_query, d.count_src_query,
+                   d.merge_partitions_query, d.update_group, d.view_options, false) p);
 EXCEPTION WHEN OTHERS THEN
   RETURN false;
 END
