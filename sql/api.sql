@@ -14,12 +14,10 @@ BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
-  IF target IS NOT NULL THEN
-    RETURN QUERY SELECT target, 'created'::text, micromegas.mm_catalog_version();
-  ELSE
-    RETURN QUERY SELECT pg_catalog.current_setting('micromegas_views.replaced'), 'replaced'::text,
-                        micromegas.mm_catalog_version();
-  END IF;
+  RETURN QUERY SELECT coalesce(target, pg_catalog.current_setting('micromegas_views.replaced')),
+                      CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END,
+                      s.version
+                 FROM micromegas.catalog_state s;
 END
 $$;
 

@@ -105,7 +105,37 @@ REVOKE EXECUTE ON FUNCTION micromegas._mm_schema_forms(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION micromegas._mm_drop(text, boolean) FROM PUBLIC;
 
 -- Changed functions, as a fresh install creates them.
-
+CREATE OR REPLACE FUNCTION micromegas._mm_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  op text;
+  row_name text;
+  row_group integer;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    row_name := OLD.view_set_name; row_group := OLD.update_group;
+  ELSE
+    row_name := NEW.view_set_name; row_group := NEW.update_group;
+  END IF;
+  IF TG_TABLE_NAME = 'builtin_view_sets' THEN
+    op := 'builtin';
+  ELSIF TG_OP = 'INSERT' THEN
+    op := 'create';
+  ELSIF TG_OP = 'DELETE' THEN
+    op := 'drop';
+  ELSIF NEW.load_status = 'failed' THEN
+    op := 'failed';
+  ELSE
+    op := 'replace';
+  END IF;
+  PERFORM pg_notify('micromegas_view_definitions', json_build_object(
+    'op', op,
+    'view_set_name', row_name,
+    'update_group', row_group,
+    'version', (SELECT s.version FROM micromegas.catalog_state s))::text);
+  RETURN NULL;
+END
+$$;
 CREATE OR REPLACE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -150,7 +180,6 @@ BEGIN
   END LOOP;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -272,7 +301,6 @@ BEGIN
   RETURN NEW;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -327,7 +355,6 @@ BEGIN
   RETURN NEW;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -338,15 +365,12 @@ BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
-  IF target IS NOT NULL THEN
-    RETURN QUERY SELECT target, 'created'::text, micromegas.mm_catalog_version();
-  ELSE
-    RETURN QUERY SELECT pg_catalog.current_setting('micromegas_views.replaced'), 'replaced'::text,
-                        micromegas.mm_catalog_version();
-  END IF;
+  RETURN QUERY SELECT coalesce(target, pg_catalog.current_setting('micromegas_views.replaced')),
+                      CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END,
+                      s.version
+                 FROM micromegas.catalog_state s;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
   name text,
   extract_query text,
@@ -391,7 +415,6 @@ BEGIN
   RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version();
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -400,7 +423,6 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -415,7 +437,6 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_register_builtin_view_set(
   name text,
   schema text,
@@ -443,7 +464,6 @@ BEGIN
                  FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
 END
 $$;
-
 CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[])

@@ -429,7 +429,7 @@ BEGIN
     'op', op,
     'view_set_name', row_name,
     'update_group', row_group,
-    'version', micromegas.mm_catalog_version())::text);
+    'version', (SELECT s.version FROM micromegas.catalog_state s))::text);
   RETURN NULL;
 END
 $$;

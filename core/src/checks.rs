@@ -37,13 +37,31 @@ fn queries(def: &Definition) -> [(&'static str, &str); 3] {
     ]
 }
 
+/// The three queries of a definition, parsed and screened for denied
+/// functions, in option order (extract, count, merge).
+#[derive(Debug, Clone)]
+pub struct ParsedQueries(pub [Box<Query>; 3]);
+
+/// Parses the three queries of `def`.
+pub fn parse_queries(def: &Definition) -> Result<ParsedQueries> {
+    let mut parsed = Vec::with_capacity(3);
+    for (option, text) in queries(def) {
+        isolate::set_phase(option);
+        isolate::checkpoint()?;
+        let query = planner::parse_query(option, text)?;
+        check_denied_functions(option, &query)?;
+        parsed.push(query);
+    }
+    let parsed: [Box<Query>; 3] = parsed.try_into().expect("three queries");
+    Ok(ParsedQueries(parsed))
+}
+
 /// Every relation name the queries mention (a superset of what they read:
 /// CTE names are included). The caller loads just these into the catalog.
-pub fn referenced_relations(def: &Definition) -> Result<Vec<String>> {
+pub fn mentioned_relations(parsed: &ParsedQueries) -> Vec<String> {
     let mut names = BTreeSet::new();
-    for (option, text) in queries(def) {
-        let query = planner::parse_query(option, text)?;
-        let _ = visit_relations(&query, |relation: &ObjectName| {
+    for query in &parsed.0 {
+        let _ = visit_relations(query, |relation: &ObjectName| {
             if let Some(last) = relation.0.last() {
                 if let Some(ident) = last.as_ident() {
                     let name = if ident.quote_style.is_some() {
@@ -59,22 +77,26 @@ pub fn referenced_relations(def: &Definition) -> Result<Vec<String>> {
             ControlFlow::<()>::Continue(())
         });
     }
-    Ok(names.into_iter().collect())
+    names.into_iter().collect()
+}
+
+/// [`mentioned_relations`] of a definition's text.
+pub fn referenced_relations(def: &Definition) -> Result<Vec<String>> {
+    Ok(mentioned_relations(&parse_queries(def)?))
 }
 
 /// Runs every check; on success returns the view's schema, hash and reads.
 pub fn validate(def: &Definition, catalog: &Catalog) -> Result<Validated> {
-    let mut parsed = Vec::with_capacity(3);
-    for (option, text) in queries(def) {
-        isolate::set_phase(option);
-        isolate::checkpoint()?;
-        let query = planner::parse_query(option, text)?;
-        check_denied_functions(option, &query)?;
-        parsed.push(query);
-    }
-    let merge_query = parsed.pop().expect("three queries");
-    let count_query = parsed.pop().expect("three queries");
-    let extract_query = parsed.pop().expect("three queries");
+    validate_parsed(def, parse_queries(def)?, catalog)
+}
+
+/// [`validate`] with the queries already parsed by [`parse_queries`].
+pub fn validate_parsed(
+    def: &Definition,
+    parsed: ParsedQueries,
+    catalog: &Catalog,
+) -> Result<Validated> {
+    let [extract_query, count_query, merge_query] = parsed.0;
 
     let extract = planner::plan(EXTRACT, extract_query, catalog, None)?;
     check_plan(EXTRACT, &extract)?;

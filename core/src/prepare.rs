@@ -5,7 +5,7 @@
 //! definition against them and returns every derived column of the row.
 
 use crate::catalog::{Catalog, CatalogRow};
-use crate::checks;
+use crate::checks::{self, ParsedQueries};
 use crate::ddl::{self, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Definition;
@@ -13,7 +13,7 @@ use crate::schema;
 use arrow_schema::Schema;
 
 /// A row as written: any of the statement and the columns may be missing.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct RowInput {
     pub view_set_name: Option<String>,
     pub definition_sql: Option<String>,
@@ -25,7 +25,7 @@ pub struct RowInput {
 }
 
 /// What a row defines, before planning.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Derived {
     pub definition: Definition,
     /// The statement said CREATE OR REPLACE.
@@ -34,6 +34,22 @@ pub struct Derived {
     pub statement: Option<String>,
     /// Every relation name the queries mention: the view sets to look up.
     pub mentioned: Vec<String>,
+    /// The queries as parsed (a function of `definition`, kept so that
+    /// validation does not parse them again), or why they do not parse: a
+    /// definition error, reported by [`prepare`] (where a restored row may
+    /// be kept as failed instead).
+    pub parsed: Result<ParsedQueries>,
+}
+
+/// Two derivations are the same when they define the same thing (the parsed
+/// queries follow from the definition).
+impl PartialEq for Derived {
+    fn eq(&self, other: &Self) -> bool {
+        self.definition == other.definition
+            && self.or_replace == other.or_replace
+            && self.statement == other.statement
+            && self.mentioned == other.mentioned
+    }
 }
 
 /// Every column a validated row stores.
@@ -126,12 +142,20 @@ pub fn derive(row: RowInput) -> Result<Derived> {
         (None, Some(c)) => (c, false),
         (None, None) => unreachable!("a row has text or columns"),
     };
-    let mentioned = checks::referenced_relations(&definition)?;
+    let parsed = match checks::parse_queries(&definition) {
+        Err(e) if e.kind != ErrorKind::InvalidDefinition => return Err(e),
+        parsed => parsed,
+    };
+    let mentioned = parsed
+        .as_ref()
+        .map(checks::mentioned_relations)
+        .unwrap_or_default();
     Ok(Derived {
         definition,
         or_replace,
         statement: row.definition_sql,
         mentioned,
+        parsed,
     })
 }
 
@@ -148,7 +172,11 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .clone()
         .unwrap_or_else(|| definition.render(false));
     let catalog = Catalog::from_rows(rows)?;
-    let (schema, reads, load_error) = match checks::validate(definition, &catalog) {
+    let validated = derived
+        .parsed
+        .clone()
+        .and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
+    let (schema, reads, load_error) = match validated {
         Ok(validated) => (validated.schema, validated.reads, None),
         Err(e) if keep_failed && e.kind == ErrorKind::InvalidDefinition => {
             let mut reads: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();

@@ -16,29 +16,42 @@ use micromegas_views_core::options::{check_name, check_view_name, NameUse};
 use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput};
 use micromegas_views_core::{ddl, schema, CatalogRow, SourceKind, Statement};
 use pgrx::prelude::*;
-use pgrx::JsonB;
+use pgrx::spi::OwnedPreparedStatement;
+use pgrx::{JsonB, PgOid};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
-/// The view sets named `names`, as the tables store them now: the
-/// built-ins, and the DDL views other than `own` (a replaced view never
-/// reads its previous self).
+/// The look-up of the view sets a definition mentions: the built-ins, and
+/// the DDL views other than the one being written (a replaced view never
+/// reads its previous self). Planned once per backend and kept.
+const CATALOG_ROWS_QUERY: &str = "
+    SELECT b.view_set_name, b.schema_ipc, b.update_group, b.kind, NULL::text
+      FROM micromegas.builtin_view_sets b
+     WHERE b.view_set_name = ANY ($1)
+    UNION ALL
+    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
+           CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = ANY ($1) AND d.view_set_name <> $2";
+
+thread_local! {
+    static CATALOG_ROWS_PLAN: RefCell<Option<OwnedPreparedStatement>> = const { RefCell::new(None) };
+}
+
+/// The view sets named `names`, as the tables store them now.
 fn catalog_rows(names: &[String], own: &str) -> Vec<CatalogRow> {
     if names.is_empty() {
         return Vec::new();
     }
-    const QUERY: &str = "
-        SELECT b.view_set_name, b.schema_ipc, b.update_group, b.kind, NULL::text
-          FROM micromegas.builtin_view_sets b
-         WHERE b.view_set_name = ANY ($1)
-        UNION ALL
-        SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
-               CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
-          FROM micromegas.lakehouse_view_set_definitions d
-         WHERE d.view_set_name = ANY ($1) AND d.view_set_name <> $2";
     Spi::connect(|client| {
         let args = [names.to_vec().into(), own.to_string().into()];
-        let table = client.select(QUERY, None, &args)?;
+        let table = CATALOG_ROWS_PLAN.with_borrow_mut(|plan| {
+            if plan.is_none() {
+                let oids = [pg_sys::TEXTARRAYOID, pg_sys::TEXTOID].map(PgOid::from);
+                *plan = Some(client.prepare(CATALOG_ROWS_QUERY, &oids)?.keep());
+            }
+            client.select(plan.as_ref().expect("prepared"), None, &args)
+        })?;
         let mut rows = Vec::with_capacity(table.len());
         for row in table {
             let kind: String = row.get(4)?.unwrap_or_default();
@@ -73,6 +86,25 @@ const MEMO_ENTRIES: usize = 8;
 
 thread_local! {
     static MEMO: RefCell<VecDeque<Memo>> = const { RefCell::new(VecDeque::new()) };
+    /// The last row read and what it defines: the UPDATE a replace turns
+    /// into carries the same row, and is not parsed again.
+    static LAST_DERIVED: RefCell<Option<(RowInput, Derived)>> = const { RefCell::new(None) };
+}
+
+/// What `row` defines ([`prepare::derive`] on the planning thread, or the
+/// last answer when the row is the same).
+fn derive(row: RowInput) -> Derived {
+    if let Some(derived) = LAST_DERIVED.with_borrow(|last| {
+        last.as_ref()
+            .filter(|(input, _)| *input == row)
+            .map(|(_, derived)| derived.clone())
+    }) {
+        return derived;
+    }
+    let input = row.clone();
+    let derived = run_isolated(move || prepare::derive(row)).or_raise();
+    LAST_DERIVED.set(Some((input, derived.clone())));
+    derived
 }
 
 fn remembered(key: &(Derived, Vec<CatalogRow>, usize)) -> Option<Prepared> {
@@ -142,7 +174,7 @@ mod micromegas {
             update_group,
             view_options: view_options.map(|j| j.0),
         };
-        let derived = run_isolated(move || prepare::derive(row)).or_raise();
+        let derived = derive(row);
         let rows = catalog_rows(&derived.mentioned, &derived.definition.name);
         let key = (derived, rows, settings::max_plan_nodes());
         let prepared = match remembered(&key) {

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Writes sql/micromegas_views--0.1.2--0.1.3.sql from the current sql/ files
+and the generated install script (for the Rust functions' declarations):
+every changed or new function exactly as a fresh install creates it, so
+scripts/upgrade_test.sh finds identical objects. Run after
+`cargo pgrx install` (or scripts/cluster.sh install) while 0.1.3 is the
+development version; a released upgrade script is never regenerated."""
+import re, subprocess, sys, pathlib
+
+root = pathlib.Path(__file__).resolve().parent.parent
+sharedir = subprocess.check_output([sys.argv[1] if len(sys.argv) > 1 else 'pg_config', '--sharedir'], text=True).strip()
+generated = pathlib.Path(sharedir, 'extension', 'micromegas_views--0.1.3.sql').read_text()
+sources = {name: (root / 'sql' / name).read_text() for name in ['schema.sql', 'access.sql', 'api.sql'] if (root / 'sql' / name).exists()}
+body = pathlib.Path(root / 'scripts' / 'upgrade-0.1.2--0.1.3.template.sql').read_text()
+
+def block(start):
+    for text in sources.values():
+        if start in text:
+            i = text.index(start)
+            j = text.index('$$;', text.index('$$', text.index(' AS $$', i)) + 2)
+            return text[i:j + 3]
+    raise SystemExit(f'not found: {start!r}')
+
+def rust(name):
+    m = re.search(r'CREATE  FUNCTION "' + name + r'"\(.*?AS \'MODULE_PATHNAME\', \'\w+\';', generated, re.S)
+    return m.group(0).replace(f'CREATE  FUNCTION "{name}"', f'CREATE FUNCTION micromegas."{name}"')
+
+def expand(match):
+    kind, arg = match.group(1), match.group(2).replace('\\n', '\n')
+    if kind == 'rust':
+        return rust(arg)
+    if kind == 'new':
+        return block(arg)
+    if kind == 'replace':
+        return block(arg).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1)
+    if kind == 'verbatim':
+        # a whole section of a source file, between two marker comments
+        name, section = arg.split(':', 1)
+        text = sources[name]
+        begin = f'-- <{section}>\n'
+        end = f'-- </{section}>\n'
+        return text[text.index(begin) + len(begin):text.index(end)].rstrip('\n')
+    raise SystemExit(kind)
+
+out = re.sub(r'^--@(rust|new|replace|verbatim) (.+)$', expand, body, flags=re.M)
+(root / 'sql' / 'micromegas_views--0.1.2--0.1.3.sql').write_text(out)
