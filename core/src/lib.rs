@@ -9,6 +9,7 @@ pub mod builtins;
 pub mod catalog;
 pub mod checks;
 pub mod ddl;
+pub mod deny;
 pub mod error;
 pub mod functions;
 pub mod isolate;

@@ -121,9 +121,9 @@ impl NestingGuard {
     }
 }
 
-fn check_nesting(option: &str, query: &sqlparser::ast::Query) -> Result<()> {
+fn check_nesting<V: Visit>(option: &str, node: &V) -> Result<()> {
     let mut guard = NestingGuard { depth: 0 };
-    if query.visit(&mut guard).is_break() {
+    if node.visit(&mut guard).is_break() {
         return Err(Error::too_complex(format!("{option} is nested too deeply"))
             .with_detail(format!(
                 "Expressions and subqueries nest more than {MAX_NESTING} levels; the limit is {MAX_NESTING}."
@@ -553,6 +553,84 @@ pub fn plan(
             .with_hint("A definition reads built-in view sets and other materialized views by their unqualified name.");
         }
         Error::definition(format!("{option} does not plan: {}", first_line(&detail)))
+            .with_detail(detail)
+    })
+}
+
+/// Parses one SQL expression (all of `text`), with the same nesting
+/// limits as a query.
+pub fn parse_expression(option: &str, text: &str) -> Result<sqlparser::ast::Expr> {
+    let dialect = sqlparser::dialect::GenericDialect {};
+    let mut parser = sqlparser::parser::Parser::new(&dialect)
+        .with_recursion_limit(PARSER_RECURSION_LIMIT)
+        .try_with_sql(text)
+        .map_err(|e| expression_syntax(option, &e))?;
+    let expr = parser
+        .parse_expr()
+        .map_err(|e| expression_syntax(option, &e))?;
+    let next = parser.peek_token();
+    if next.token != sqlparser::tokenizer::Token::EOF {
+        return Err(Error::new(
+            crate::error::ErrorKind::Syntax,
+            format!("{option} must be one expression; it goes on at \"{}\"", next.token),
+        )
+        .with_detail(format!(
+            "at line {}, column {}",
+            next.span.start.line, next.span.start.column
+        )));
+    }
+    check_nesting(option, &expr)?;
+    Ok(expr)
+}
+
+fn expression_syntax(option: &str, e: &sqlparser::parser::ParserError) -> Error {
+    let message = match e {
+        sqlparser::parser::ParserError::RecursionLimitExceeded => {
+            return Error::too_complex(format!("{option} is nested too deeply"))
+        }
+        other => other.to_string(),
+    };
+    Error::new(
+        crate::error::ErrorKind::Syntax,
+        format!("{option} does not parse"),
+    )
+    .with_detail(message)
+}
+
+/// Plans one expression over `schema` (unqualified columns), with the
+/// functions a definition may call. No table is known: a subquery does not
+/// plan.
+pub fn plan_expression(
+    option: &str,
+    expr: sqlparser::ast::Expr,
+    schema: &datafusion_common::DFSchema,
+) -> Result<Expr> {
+    let catalog = Catalog::default();
+    let provider = Provider {
+        option,
+        catalog: &catalog,
+        source: None,
+        registry: registry(),
+        options: config(),
+        missing: RefCell::new(Vec::new()),
+        instance_only: RefCell::new(Vec::new()),
+        interrupted: RefCell::new(None),
+    };
+    crate::functions::take_arg_problem();
+    let planned = SqlToRel::new(&provider).sql_to_expr(
+        expr,
+        schema,
+        &mut datafusion_sql::planner::PlannerContext::new(),
+    );
+    if let Some(e) = provider.interrupted.borrow_mut().take() {
+        return Err(e);
+    }
+    planned.map_err(|e| {
+        let detail = match crate::functions::take_arg_problem() {
+            Some(problem) => problem,
+            None => df_message(&e),
+        };
+        Error::option(format!("{option} does not compile: {}", first_line(&detail)))
             .with_detail(detail)
     })
 }
