@@ -33,6 +33,8 @@ def expand(match):
         return block(arg)
     if kind == 'replace':
         return block(arg).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1)
+    if kind == 'file':
+        return sources[arg].rstrip('\n')
     if kind == 'verbatim':
         # a whole section of a source file, between two marker comments
         name, section = arg.split(':', 1)
@@ -42,5 +44,5 @@ def expand(match):
         return text[text.index(begin) + len(begin):text.index(end)].rstrip('\n')
     raise SystemExit(kind)
 
-out = re.sub(r'^--@(rust|new|replace|verbatim) (.+)$', expand, body, flags=re.M)
+out = re.sub(r'^--@(rust|new|replace|verbatim|file) (.+)$', expand, body, flags=re.M)
 (root / 'sql' / 'micromegas_views--0.1.2--0.1.3.sql').write_text(out)

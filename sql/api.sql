@@ -316,6 +316,11 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_defini
                                            'WHERE NOT shipped ORDER BY update_group, view_set_name');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.removed_shipped_rows', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.catalog_state', '');
+-- pg_dump keeps the rules, and the grants an admin made (CREATE EXTENSION
+-- seeds the two public ones).
+SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_list', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.audience_grants',
+  $$WHERE NOT (audience = 'public' AND selector = '*' AND created_by = 'micromegas_views')$$);
 
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
@@ -356,6 +361,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromeg
 GRANT SELECT, INSERT, DELETE ON micromegas.removed_shipped_rows TO micromegas_admin;
 GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_view_sets,
                 micromegas.catalog_state TO micromegas_reader;
+-- The deny list and the grants (sql/access.sql): admins write them; the
+-- services (readers) load the rules, match, record hits, and list the grants
+-- their caller may see.
+GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
+GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
 DO $$
 DECLARE
   f regprocedure;
@@ -372,3 +382,7 @@ GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.lis
   micromegas.mm_view_set_snapshot(), micromegas.mm_materialization_order(),
   micromegas.list_view_dependencies(), micromegas.mm_catalog_version(),
   micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
+  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz)
+  TO micromegas_reader;

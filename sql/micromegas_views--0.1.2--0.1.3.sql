@@ -11,7 +11,9 @@
 --   the statement), instead of rendering it in Rust first;
 -- * mm_drop_view(statement) reads the statement (or a bare name) in Rust, with
 --   no regular expression; both forms share _mm_drop;
--- * built-in schemas are read by _mm_schema_forms (a typed row).
+-- * built-in schemas are read by _mm_schema_forms (a typed row);
+-- * the query deny list and the audience grants (sql/access.sql, all new),
+--   with mm_sql_hash and the Rust steps that compile and match rules.
 -- The Rust symbols the released install scripts name stay in the library
 -- (src/pg/legacy.rs): see the rule in micromegas_views--0.1.1--0.1.2.sql.
 
@@ -105,6 +107,14 @@ REVOKE EXECUTE ON FUNCTION micromegas._mm_schema_forms(text) FROM PUBLIC;
 REVOKE EXECUTE ON FUNCTION micromegas._mm_drop(text, boolean) FROM PUBLIC;
 
 -- Changed functions, as a fresh install creates them.
+CREATE OR REPLACE FUNCTION micromegas._mm_refuse_truncate() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RAISE EXCEPTION 'TRUNCATE is not allowed on %.%', TG_TABLE_SCHEMA, TG_TABLE_NAME
+    USING ERRCODE = 'feature_not_supported',
+          HINT = 'Use DELETE (for a view, mm_drop_view), so that each row''s checks run and services are notified.';
+END
+$$;
 CREATE OR REPLACE FUNCTION micromegas._mm_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -509,3 +519,423 @@ BEGIN
                       row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
 END
 $$;
+
+-- The query deny list and the audience grants: sql/access.sql as a fresh
+-- install runs it.
+CREATE FUNCTION micromegas."_mm_check_deny_rule"(
+	"match_expr" TEXT /* & str */
+) RETURNS bool /* bool */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'check_deny_rule_wrapper';
+
+CREATE FUNCTION micromegas."_mm_first_denial"(
+	"rule_ids" TEXT[], /* Vec < String > */
+	"match_exprs" TEXT[], /* Vec < String > */
+	"context" TEXT[] /* Vec < Option < String > > */
+) RETURNS INT /* Option < i32 > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'first_denial_wrapper';
+
+CREATE FUNCTION micromegas."_mm_deny_max_rules"() RETURNS INT /* i32 */
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'deny_max_rules_wrapper';
+
+CREATE FUNCTION micromegas."mm_sql_hash"(
+	"sql" TEXT /* & str */
+) RETURNS TEXT /* String */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'sql_hash_wrapper';
+
+-- micromegas_views: the query deny list and the audience grants of seed 002,
+-- as validated Postgres state. Every write path (the functions below, a
+-- direct INSERT/UPDATE/DELETE by an admin) goes through the same triggers:
+-- a deny rule is compiled with DataFusion before it is stored, the cap is
+-- counted under a lock, a grant's audience, axis and selector are checked,
+-- and every committed change is announced. The privileges and the pg_dump
+-- configuration are in api.sql with the others.
+
+-- <tables>
+-- One row: the lock deny-list writers count the cap under, and the
+-- versions the announcements carry.
+CREATE TABLE micromegas.access_state (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  deny_list_version bigint NOT NULL DEFAULT 0,
+  audience_grants_version bigint NOT NULL DEFAULT 0
+);
+INSERT INTO micromegas.access_state DEFAULT VALUES;
+
+CREATE TABLE micromegas.query_deny_list (
+  rule_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  created_at timestamptz NOT NULL,
+  created_by varchar(255) NOT NULL,
+  reason text NOT NULL,
+  match_expr text NOT NULL,
+  last_hit_at timestamptz
+);
+COMMENT ON TABLE micromegas.query_deny_list IS
+  'Query deny list (seed 002): a FlightSQL query whose context makes match_expr TRUE is rejected';
+
+-- The audience rules, in one place: the table's CHECK and the functions'
+-- messages both come from here. NULL when the row is valid.
+CREATE FUNCTION micromegas._mm_audience_problem(audience text, axis text, selector text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT CASE
+    WHEN audience IS NULL OR audience !~ '^[A-Za-z0-9_-]+$' OR octet_length(audience) > 255 THEN
+      format('invalid audience "%s": an audience is 1 to 255 letters, digits, ''_'' or ''-''', audience)
+    WHEN axis IS NULL OR axis NOT IN ('read', 'mint') THEN
+      format('invalid axis "%s": the axis is ''read'' or ''mint''', axis)
+    WHEN selector IS NULL OR octet_length(selector) > 255
+         OR NOT (selector = '*' OR selector ~ '^(user|group):.+$') THEN
+      format('invalid selector "%s": a selector is ''*'', ''user:<id>'' or ''group:<id>''', selector)
+  END
+$$;
+
+CREATE TABLE micromegas.audience_grants (
+  audience varchar(255) NOT NULL,
+  axis varchar(4) NOT NULL CHECK (axis IN ('read', 'mint')),
+  selector varchar(255) NOT NULL,
+  created_at timestamptz NOT NULL,
+  created_by varchar(255) NOT NULL,
+  PRIMARY KEY (audience, axis, selector),
+  CONSTRAINT audience_grants_valid CHECK (micromegas._mm_audience_problem(audience, axis, selector) IS NULL)
+);
+COMMENT ON TABLE micromegas.audience_grants IS
+  'Audience grants (seed 002): who may read or mint each audience';
+-- </tables>
+
+-- <deny list>
+-- BEFORE INSERT OR UPDATE OR DELETE: a rule is compiled before it is stored;
+-- the cap is counted under the access_state row lock, which every writer of
+-- a rule takes, so it holds exactly; recording hits (only last_hit_at
+-- changes) takes no lock and announces nothing.
+CREATE FUNCTION micromegas._mm_deny_list_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  cap integer;
+  held bigint;
+BEGIN
+  IF TG_OP = 'UPDATE' AND (NEW.rule_id, NEW.created_at, NEW.created_by, NEW.reason, NEW.match_expr)
+                          IS NOT DISTINCT FROM
+                          (OLD.rule_id, OLD.created_at, OLD.created_by, OLD.reason, OLD.match_expr) THEN
+    RETURN NEW;
+  END IF;
+  UPDATE micromegas.access_state SET deny_list_version = deny_list_version + 1;
+  IF TG_OP = 'DELETE' THEN
+    RETURN OLD;
+  END IF;
+  IF TG_OP = 'UPDATE' AND (NEW.rule_id, NEW.created_at, NEW.created_by)
+                          IS DISTINCT FROM (OLD.rule_id, OLD.created_at, OLD.created_by) THEN
+    RAISE EXCEPTION 'cannot change the id or creation of deny rule %', OLD.rule_id
+      USING ERRCODE = 'feature_not_supported',
+            HINT = 'Remove the rule and add a new one.';
+  END IF;
+  IF NEW.reason IS NULL OR btrim(NEW.reason) = '' THEN
+    RAISE EXCEPTION 'reason must not be empty'
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Say why the queries are denied: it is stored with the rule and shown to a denied caller.';
+  END IF;
+  IF TG_OP = 'INSERT' OR NEW.match_expr IS DISTINCT FROM OLD.match_expr THEN
+    PERFORM micromegas._mm_check_deny_rule(NEW.match_expr);
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    NEW.created_at := coalesce(NEW.created_at, clock_timestamp());
+    NEW.created_by := coalesce(nullif(btrim(NEW.created_by), ''), micromegas._mm_actor());
+    cap := micromegas._mm_deny_max_rules();
+    SELECT count(*) INTO held FROM micromegas.query_deny_list;
+    IF held >= cap THEN
+      RAISE EXCEPTION 'the query deny list is full: it holds % rules, the limit is %', held, cap
+        USING ERRCODE = 'program_limit_exceeded',
+              HINT = 'Remove a rule with remove_query_denial(rule_id), or have a superuser raise micromegas_views.query_deny_max_rules.';
+    END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_deny_list_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM pg_notify('micromegas_query_deny_list', json_build_object(
+    'op', lower(TG_OP),
+    'version', (SELECT a.deny_list_version FROM micromegas.access_state a))::text);
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER query_deny_list_before_write
+  BEFORE INSERT OR UPDATE OR DELETE ON micromegas.query_deny_list
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_deny_list_before_write();
+CREATE TRIGGER query_deny_list_notify
+  AFTER INSERT OR DELETE ON micromegas.query_deny_list
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_deny_list_notify();
+CREATE TRIGGER query_deny_list_notify_update
+  AFTER UPDATE ON micromegas.query_deny_list
+  FOR EACH ROW WHEN ((NEW.reason, NEW.match_expr) IS DISTINCT FROM (OLD.reason, OLD.match_expr))
+  EXECUTE FUNCTION micromegas._mm_deny_list_notify();
+CREATE TRIGGER query_deny_list_no_truncate
+  BEFORE TRUNCATE ON micromegas.query_deny_list
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- Seed 002: validates and stores a rule; one (time, msg) row, msg the id.
+CREATE FUNCTION micromegas.deny_queries(match_expr text, reason text)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  id uuid;
+BEGIN
+  INSERT INTO micromegas.query_deny_list AS q (match_expr, reason)
+  VALUES (match_expr, reason) RETURNING q.rule_id INTO id;
+  RETURN QUERY SELECT clock_timestamp(), id::text;
+END
+$$;
+
+-- Seed 002: every rule in force, oldest first.
+CREATE FUNCTION micromegas.list_query_denials()
+RETURNS TABLE (rule_id text, created_at timestamptz, created_by text, reason text, match_expr text,
+               last_hit_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT q.rule_id::text, q.created_at, q.created_by::text, q.reason, q.match_expr, q.last_hit_at
+    FROM micromegas.query_deny_list q
+   ORDER BY q.created_at, q.rule_id
+$$;
+
+-- Seed 002: deletes one rule; the outcome as text, never an error.
+CREATE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  id uuid;
+BEGIN
+  BEGIN
+    id := rule_id::uuid;
+  EXCEPTION WHEN invalid_text_representation THEN
+    RETURN format('ERROR: ''%s'' is not a valid rule id', rule_id);
+  END;
+  DELETE FROM micromegas.query_deny_list q WHERE q.rule_id = id;
+  IF FOUND THEN
+    RETURN format('SUCCESS: removed rule %s', id);
+  END IF;
+  RETURN format('ERROR: no such rule: %s', id);
+END
+$$;
+
+-- A service flushes the rules' hits; only last_hit_at moves, and never back.
+CREATE FUNCTION micromegas.mm_record_query_denial_hits(rule_ids uuid[], at timestamptz) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  touched integer;
+BEGIN
+  UPDATE micromegas.query_deny_list q
+     SET last_hit_at = greatest(coalesce(q.last_hit_at, at), at)
+   WHERE q.rule_id = ANY (rule_ids);
+  GET DIAGNOSTICS touched = ROW_COUNT;
+  RETURN touched;
+END
+$$;
+
+-- The first rule, oldest first, whose expression is TRUE for a query's
+-- context (NULL is no match), evaluated with the same compiled expression a
+-- rule is checked with. sql_hash, when not given, is the fingerprint of sql.
+CREATE FUNCTION micromegas.mm_match_query_denial(
+  user_id text DEFAULT NULL, email text DEFAULT NULL, service_account text DEFAULT NULL,
+  client text DEFAULT NULL, agent text DEFAULT NULL, entrypoint text DEFAULT NULL,
+  session text DEFAULT NULL, notebook text DEFAULT NULL, cell text DEFAULT NULL,
+  client_ip text DEFAULT NULL, sql text DEFAULT NULL, sql_hash text DEFAULT NULL)
+RETURNS TABLE (rule_id text, reason text, match_expr text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  WITH rules AS (
+    SELECT array_agg(q.rule_id::text ORDER BY q.created_at, q.rule_id) AS ids,
+           array_agg(q.match_expr ORDER BY q.created_at, q.rule_id) AS exprs
+      FROM micromegas.query_deny_list q),
+  hit AS (
+    SELECT r.ids[micromegas._mm_first_denial(r.ids, r.exprs, ARRAY[
+             mm_match_query_denial.user_id, mm_match_query_denial.email,
+             mm_match_query_denial.service_account, mm_match_query_denial.client,
+             mm_match_query_denial.agent, mm_match_query_denial.entrypoint,
+             mm_match_query_denial.session, mm_match_query_denial.notebook,
+             mm_match_query_denial.cell, mm_match_query_denial.client_ip,
+             mm_match_query_denial.sql,
+             coalesce(mm_match_query_denial.sql_hash, micromegas.mm_sql_hash(mm_match_query_denial.sql))])] AS id
+      FROM rules r WHERE r.ids IS NOT NULL)
+  SELECT q.rule_id::text, q.reason, q.match_expr
+    FROM hit JOIN micromegas.query_deny_list q ON q.rule_id::text = hit.id
+$$;
+
+-- The same, with the context as a jsonb object of those keys. (Its own
+-- name: an uncast string literal would otherwise go to the text form above
+-- as user_id.)
+CREATE FUNCTION micromegas.mm_match_query_denial_context(context jsonb)
+RETURNS TABLE (rule_id text, reason text, match_expr text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  unknown text;
+BEGIN
+  IF jsonb_typeof(context) IS DISTINCT FROM 'object' THEN
+    RAISE EXCEPTION 'the match context must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  SELECT string_agg(k, ', ' ORDER BY k) INTO unknown FROM jsonb_object_keys(context) k
+   WHERE k NOT IN ('user_id', 'email', 'service_account', 'client', 'agent', 'entrypoint', 'session',
+                   'notebook', 'cell', 'client_ip', 'sql', 'sql_hash');
+  IF unknown IS NOT NULL THEN
+    RAISE EXCEPTION 'unknown match context key(s): %', unknown
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'The keys are user_id, email, service_account, client, agent, entrypoint, session, notebook, cell, client_ip, sql and sql_hash.';
+  END IF;
+  RETURN QUERY SELECT * FROM micromegas.mm_match_query_denial(
+    user_id => context->>'user_id', email => context->>'email',
+    service_account => context->>'service_account', client => context->>'client',
+    agent => context->>'agent', entrypoint => context->>'entrypoint', session => context->>'session',
+    notebook => context->>'notebook', cell => context->>'cell', client_ip => context->>'client_ip',
+    sql => context->>'sql', sql_hash => context->>'sql_hash');
+END
+$$;
+-- </deny list>
+
+-- <audience grants>
+-- BEFORE INSERT OR UPDATE OR DELETE: the rules with their messages, the
+-- audit columns, the version.
+CREATE FUNCTION micromegas._mm_audience_grants_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  problem text;
+BEGIN
+  UPDATE micromegas.access_state SET audience_grants_version = audience_grants_version + 1;
+  IF TG_OP = 'DELETE' THEN
+    RETURN OLD;
+  END IF;
+  problem := micromegas._mm_audience_problem(NEW.audience, NEW.axis, NEW.selector);
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    NEW.created_at := coalesce(NEW.created_at, clock_timestamp());
+    NEW.created_by := coalesce(nullif(btrim(NEW.created_by), ''), micromegas._mm_actor());
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_audience_grants_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+  PERFORM pg_notify('micromegas_audience_grants', json_build_object(
+    'op', lower(TG_OP), 'audience', r.audience, 'axis', r.axis, 'selector', r.selector,
+    'version', (SELECT a.audience_grants_version FROM micromegas.access_state a))::text);
+  RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER audience_grants_before_write
+  BEFORE INSERT OR UPDATE OR DELETE ON micromegas.audience_grants
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_audience_grants_before_write();
+CREATE TRIGGER audience_grants_notify
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.audience_grants
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_audience_grants_notify();
+CREATE TRIGGER audience_grants_no_truncate
+  BEFORE TRUNCATE ON micromegas.audience_grants
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- Everyone may read the public audience, and mint into it.
+INSERT INTO micromegas.audience_grants (audience, axis, selector, created_at, created_by)
+VALUES ('public', 'read', '*', now(), 'micromegas_views'), ('public', 'mint', '*', now(), 'micromegas_views');
+
+-- Grants or revokes one (audience, axis, selector); the outcome is
+-- granted/already_granted or revoked/not_found.
+CREATE FUNCTION micromegas.mm_grant_audience(audience text, axis text, selector text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  problem text := micromegas._mm_audience_problem(audience, axis, selector);
+BEGIN
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  INSERT INTO micromegas.audience_grants AS g (audience, axis, selector)
+  VALUES (audience, axis, selector)
+  ON CONFLICT ON CONSTRAINT audience_grants_pkey DO NOTHING;
+  RETURN CASE WHEN FOUND THEN 'granted' ELSE 'already_granted' END;
+END
+$$;
+
+CREATE FUNCTION micromegas.mm_revoke_audience(audience text, axis text, selector text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  problem text := micromegas._mm_audience_problem(audience, axis, selector);
+BEGIN
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  DELETE FROM micromegas.audience_grants g
+   WHERE g.audience = audience AND g.axis = axis AND g.selector = selector;
+  RETURN CASE WHEN FOUND THEN 'revoked' ELSE 'not_found' END;
+END
+$$;
+
+-- The selectors of the caller a service acts for: user:<caller_email> and
+-- group:<g> for each of caller_groups (comma-separated), from the settings
+-- the connecting service sets per request — a claim that service makes.
+-- Never '*'.
+CREATE FUNCTION micromegas._mm_caller_selectors() RETURNS text[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT array_remove(
+           ARRAY['user:' || nullif(btrim(current_setting('micromegas_views.caller_email', true)), '')]
+           || ARRAY(SELECT 'group:' || btrim(g)
+                      FROM unnest(string_to_array(current_setting('micromegas_views.caller_groups', true), ',')) g
+                     WHERE btrim(g) <> ''),
+           NULL)
+$$;
+
+-- Seed 002: the grants the caller may see. A member of micromegas_admin (by
+-- its login role, session_user, which no setting changes) sees every row;
+-- anyone else sees every row of each (audience, axis) pair it holds through
+-- one of its own selectors; a caller with none sees nothing.
+CREATE FUNCTION micromegas.list_audience_grants()
+RETURNS TABLE (audience text, axis text, selector text, created_at timestamptz, created_by text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT g.audience::text, g.axis::text, g.selector::text, g.created_at, g.created_by::text
+    FROM micromegas.audience_grants g
+   WHERE pg_has_role(session_user, 'micromegas_admin', 'MEMBER')
+      OR (g.audience, g.axis) IN (SELECT h.audience, h.axis FROM micromegas.audience_grants h
+                                   WHERE h.selector = ANY (array_remove(micromegas._mm_caller_selectors(), '*')))
+   ORDER BY g.audience, g.axis, g.selector
+$$;
+-- </audience grants>
+-- pg_dump keeps the rules, and the grants an admin made (CREATE EXTENSION
+-- seeds the two public ones).
+SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_list', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.audience_grants',
+  $$WHERE NOT (audience = 'public' AND selector = '*' AND created_by = 'micromegas_views')$$);
+
+-- Their privileges, as api.sql gives them.
+REVOKE EXECUTE ON FUNCTION micromegas._mm_check_deny_rule(text), micromegas._mm_first_denial(text[], text[], text[]),
+  micromegas._mm_deny_max_rules(), micromegas.mm_sql_hash(text), micromegas._mm_audience_problem(text, text, text),
+  micromegas._mm_deny_list_before_write(), micromegas._mm_deny_list_notify(),
+  micromegas._mm_audience_grants_before_write(), micromegas._mm_audience_grants_notify(),
+  micromegas._mm_caller_selectors(), micromegas.deny_queries(text, text), micromegas.list_query_denials(),
+  micromegas.remove_query_denial(text), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
+  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_grant_audience(text, text, text),
+  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION micromegas.mm_sql_hash(text), micromegas.deny_queries(text, text),
+  micromegas.list_query_denials(), micromegas.remove_query_denial(text),
+  micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
+  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_grant_audience(text, text, text),
+  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants() TO micromegas_admin;
+REVOKE ALL ON micromegas.access_state, micromegas.query_deny_list, micromegas.audience_grants FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
+GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
+  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz)
+  TO micromegas_reader;

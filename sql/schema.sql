@@ -470,7 +470,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   RAISE EXCEPTION 'TRUNCATE is not allowed on %.%', TG_TABLE_SCHEMA, TG_TABLE_NAME
     USING ERRCODE = 'feature_not_supported',
-          HINT = 'Use DELETE (or mm_drop_view) so that dependencies are checked and services are notified.';
+          HINT = 'Use DELETE (for a view, mm_drop_view), so that each row''s checks run and services are notified.';
 END
 $$;
 

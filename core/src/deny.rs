@@ -83,9 +83,7 @@ pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
     let coerced = expr
         .clone()
         .rewrite(&mut TypeCoercionRewriter::new(df_schema))
-        .map_err(|e| {
-            invalid("match_expr does not compile").with_detail(planner::df_message(&e))
-        })?
+        .map_err(|e| invalid("match_expr does not compile").with_detail(planner::df_message(&e)))?
         .data;
     if casts(&coerced) > casts(&expr) {
         return Err(invalid(
@@ -94,9 +92,9 @@ pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
         .with_detail(format!("It would need an implicit conversion: {coerced}"))
         .with_hint("Every match-context column is text: compare it with string literals, e.g. client = '42'."));
     }
-    let data_type = coerced.get_type(df_schema).map_err(|e| {
-        invalid("match_expr does not compile").with_detail(planner::df_message(&e))
-    })?;
+    let data_type = coerced
+        .get_type(df_schema)
+        .map_err(|e| invalid("match_expr does not compile").with_detail(planner::df_message(&e)))?;
     if data_type != DataType::Boolean {
         return Err(invalid(format!(
             "match_expr must be a Boolean expression, not {data_type}"
@@ -105,7 +103,10 @@ pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
     if expr.column_refs().is_empty() {
         return Err(invalid("match_expr references no column")
             .with_detail("Such a rule would deny every query in the deployment.")
-            .with_hint(format!("Match on the context: {}.", MATCH_COLUMNS.join(", "))));
+            .with_hint(format!(
+                "Match on the context: {}.",
+                MATCH_COLUMNS.join(", ")
+            )));
     }
     let physical = create_physical_expr(
         &coerced,
@@ -115,7 +116,8 @@ pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
     )
     .map_err(|e| invalid("match_expr does not compile").with_detail(planner::df_message(&e)))?;
     // The canary: one evaluation over a probe row.
-    let probe: [Option<String>; 12] = std::array::from_fn(|i| Some(format!("probe-{}", MATCH_COLUMNS[i])));
+    let probe: [Option<String>; 12] =
+        std::array::from_fn(|i| Some(format!("probe-{}", MATCH_COLUMNS[i])));
     evaluate(&physical, &probe).map_err(|e| {
         invalid("match_expr fails on a probe row").with_detail(e.detail.unwrap_or(e.message))
     })?;
@@ -168,7 +170,9 @@ fn evaluate(expr: &Arc<dyn PhysicalExpr>, context: &[Option<String>; 12]) -> Res
     let value = expr
         .evaluate(&batch)
         .and_then(|v| v.into_array(1))
-        .map_err(|e| invalid("match_expr does not evaluate").with_detail(planner::df_message(&e)))?;
+        .map_err(|e| {
+            invalid("match_expr does not evaluate").with_detail(planner::df_message(&e))
+        })?;
     let array = value
         .as_any()
         .downcast_ref::<BooleanArray>()
@@ -195,7 +199,10 @@ fn compiled(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
 /// The index of the first rule (in the given order) whose expression is
 /// TRUE for `context`. A stored rule that no longer compiles or evaluates
 /// is an error naming it.
-pub fn first_match(rules: &[(String, String)], context: &[Option<String>; 12]) -> Result<Option<usize>> {
+pub fn first_match(
+    rules: &[(String, String)],
+    context: &[Option<String>; 12],
+) -> Result<Option<usize>> {
     for (i, (id, text)) in rules.iter().enumerate() {
         isolate::checkpoint()?;
         let outcome = compiled(text).and_then(|expr| evaluate(&expr, context));
@@ -279,7 +286,10 @@ mod tests {
     #[test]
     fn the_refused_shapes() {
         let e = refused("client");
-        assert_eq!(e.message, "match_expr must be a Boolean expression, not Utf8");
+        assert_eq!(
+            e.message,
+            "match_expr must be a Boolean expression, not Utf8"
+        );
         let e = refused("true");
         assert_eq!(e.message, "match_expr references no column");
         let e = refused("1 = 1");
@@ -289,25 +299,43 @@ mod tests {
             e.message,
             "match_expr compares or combines values of different types"
         );
-        assert!(e.detail.unwrap().contains("CAST"), "the coerced form is shown");
+        assert!(
+            e.detail.unwrap().contains("CAST"),
+            "the coerced form is shown"
+        );
         let e = refused("notebook = now()");
         assert_eq!(
             e.message,
             "match_expr compares or combines values of different types"
         );
         let e = refused("user = 'jean'");
-        assert!(e.message.starts_with("match_expr does not compile"), "{}", e.message);
+        assert!(
+            e.message.starts_with("match_expr does not compile"),
+            "{}",
+            e.message
+        );
         let e = refused("nope = 'x'");
-        assert!(e.message.starts_with("match_expr does not compile"), "{}", e.message);
+        assert!(
+            e.message.starts_with("match_expr does not compile"),
+            "{}",
+            e.message
+        );
         let e = refused("count(client) > 1");
-        assert_eq!(e.message, "match_expr may not use aggregate function count()");
+        assert_eq!(
+            e.message,
+            "match_expr may not use aggregate function count()"
+        );
         let e = refused("client IN (SELECT 1)");
         assert!(e.message.starts_with("match_expr"), "{}", e.message);
         let e = refused("client = 'a'; DROP TABLE x");
         assert_eq!(e.kind, ErrorKind::Syntax);
         let e = refused("client = 'a' FROM t");
         assert_eq!(e.kind, ErrorKind::Syntax);
-        let e = refused(&format!("{}client = 'a'{}", "(".repeat(600), ")".repeat(600)));
+        let e = refused(&format!(
+            "{}client = 'a'{}",
+            "(".repeat(600),
+            ")".repeat(600)
+        ));
         assert_eq!(e.kind, ErrorKind::TooComplex);
     }
 
@@ -315,7 +343,10 @@ mod tests {
     fn matching_follows_sql_null_rules() {
         let rules = vec![
             ("r1".to_string(), "notebook = 'x'".to_string()),
-            ("r2".to_string(), "client = 'grafana' AND sql LIKE '%spans%'".to_string()),
+            (
+                "r2".to_string(),
+                "client = 'grafana' AND sql LIKE '%spans%'".to_string(),
+            ),
             ("r3".to_string(), "user_id = 'u'".to_string()),
         ];
         let run = |ctx: [Option<String>; 12]| {
@@ -323,8 +354,17 @@ mod tests {
             isolate::run(move || first_match(&rules, &ctx)).unwrap()
         };
         // notebook is NULL: r1 is NULL, not true.
-        assert_eq!(run(context(&[("client", "grafana"), ("sql", "SELECT * FROM thread_spans")])), Some(1));
-        assert_eq!(run(context(&[("notebook", "x"), ("user_id", "u")])), Some(0));
+        assert_eq!(
+            run(context(&[
+                ("client", "grafana"),
+                ("sql", "SELECT * FROM thread_spans")
+            ])),
+            Some(1)
+        );
+        assert_eq!(
+            run(context(&[("notebook", "x"), ("user_id", "u")])),
+            Some(0)
+        );
         assert_eq!(run(context(&[("user_id", "u")])), Some(2));
         assert_eq!(run(context(&[("user_id", "v")])), None);
     }
@@ -356,7 +396,10 @@ mod tests {
         ] {
             assert_eq!(sql_hash(other), base, "{other}");
         }
-        assert_ne!(sql_hash("SELECT name FROM \"Processes\""), sql_hash("SELECT name FROM processes"));
+        assert_ne!(
+            sql_hash("SELECT name FROM \"Processes\""),
+            sql_hash("SELECT name FROM processes")
+        );
         assert_ne!(sql_hash("SELECT $$a$$"), sql_hash("SELECT $$b$$"));
     }
 }

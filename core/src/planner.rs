@@ -572,7 +572,10 @@ pub fn parse_expression(option: &str, text: &str) -> Result<sqlparser::ast::Expr
     if next.token != sqlparser::tokenizer::Token::EOF {
         return Err(Error::new(
             crate::error::ErrorKind::Syntax,
-            format!("{option} must be one expression; it goes on at \"{}\"", next.token),
+            format!(
+                "{option} must be one expression; it goes on at \"{}\"",
+                next.token
+            ),
         )
         .with_detail(format!(
             "at line {}, column {}",
@@ -630,8 +633,11 @@ pub fn plan_expression(
             Some(problem) => problem,
             None => df_message(&e),
         };
-        Error::option(format!("{option} does not compile: {}", first_line(&detail)))
-            .with_detail(detail)
+        Error::option(format!(
+            "{option} does not compile: {}",
+            first_line(&detail)
+        ))
+        .with_detail(detail)
     })
 }
 

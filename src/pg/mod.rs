@@ -1,6 +1,7 @@
 //! The thin pgrx shell: SQL-callable steps, error mapping, settings, the
 //! planning thread.
 
+mod access;
 mod api;
 mod errors;
 mod legacy;

@@ -4,8 +4,10 @@
 //! |---|---|---|---|
 //! | `micromegas_views.validation_timeout` | any role, per session | 5s | 10ms – 60s |
 //! | `micromegas_views.max_plan_nodes` | superusers only | 10000 | 100 – 250000 |
+//! | `micromegas_views.query_deny_max_rules` | superusers only | 100 | 1 – 10000 |
 //!
-//! Both bound work; neither switches a check off. The time limit may be
+//! The first two bound work; neither switches a check off. The deny list's
+//! cap is a limit an ordinary role must not lift, so it is superuser-only too. The time limit may be
 //! raised by any role because it is capped at a minute and
 //! `statement_timeout` and cancellation still apply; the plan-node limit
 //! bounds memory as well as time, so only a superuser may raise it.
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
+static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -38,6 +41,20 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.query_deny_max_rules",
+        c"Most rules the query deny list may hold.",
+        c"deny_queries refuses a rule past it (SQLSTATE 54000).",
+        &QUERY_DENY_MAX_RULES,
+        1,
+        10_000,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+pub fn query_deny_max_rules() -> i32 {
+    QUERY_DENY_MAX_RULES.get()
 }
 
 pub fn validation_timeout() -> Duration {

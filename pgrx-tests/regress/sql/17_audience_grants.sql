@@ -1,0 +1,60 @@
+-- Audience grants (seed 002): the table's rules on every path, granting and
+-- revoking, and list_audience_grants' visibility rule.
+
+-- 1. The seeded rows.
+SELECT audience, axis, selector, created_by FROM micromegas.audience_grants ORDER BY 1, 2, 3;
+
+-- 2. Granting and revoking; the rules with their messages.
+SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:ann@example.com');
+SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:ann@example.com');
+SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'group:sre');
+SELECT micromegas.mm_grant_audience('team-alpha', 'mint', 'user:bob@example.com');
+SELECT micromegas.mm_grant_audience('team_beta', 'read', 'group:data');
+SELECT micromegas.mm_grant_audience('public', 'read', 'user:carl@example.com');
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team alpha', 'read', '*')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('', 'read', '*')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience(repeat('a', 256), 'read', '*')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'write', '*')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'role:x')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', NULL, '*')$$);
+-- The same rules on a direct write.
+SELECT * FROM mmv_try($$INSERT INTO micromegas.audience_grants (audience, axis, selector) VALUES ('a b', 'read', '*')$$);
+SELECT * FROM mmv_try($$UPDATE micromegas.audience_grants SET selector = 'everyone' WHERE audience = 'team_beta'$$);
+SELECT * FROM mmv_try($$TRUNCATE micromegas.audience_grants$$);
+SELECT micromegas.mm_revoke_audience('team_beta', 'read', 'group:data');
+SELECT micromegas.mm_revoke_audience('team_beta', 'read', 'group:data');
+SELECT audience, axis, selector FROM micromegas.audience_grants ORDER BY 1, 2, 3;
+
+-- 3. Visibility. An admin (by its login role) sees every row.
+CREATE ROLE mmv_grants_reader IN ROLE micromegas_reader;
+CREATE ROLE mmv_grants_admin IN ROLE micromegas_admin;
+SET SESSION AUTHORIZATION mmv_grants_admin;
+SELECT count(*) AS admin_sees FROM micromegas.list_audience_grants();
+-- A reader with no caller identity sees nothing.
+SET SESSION AUTHORIZATION mmv_grants_reader;
+SELECT count(*) AS anonymous_sees FROM micromegas.list_audience_grants();
+-- ann holds (team-alpha, read) through her user selector: she sees every
+-- row of that pair, not the mint pair, and not the seeded public rows.
+SET micromegas_views.caller_email = 'ann@example.com';
+SELECT audience, axis, selector FROM micromegas.list_audience_grants();
+-- carl also holds (public, read) another way: the '*' row of that pair shows.
+SET micromegas_views.caller_email = 'carl@example.com';
+SELECT audience, axis, selector FROM micromegas.list_audience_grants();
+-- Groups: a member of sre, through caller_groups (comma-separated).
+SET micromegas_views.caller_email = '';
+SET micromegas_views.caller_groups = 'dev, sre';
+SELECT audience, axis, selector FROM micromegas.list_audience_grants();
+-- A claimed '*' selector or group '*' never makes the seeded rows a held pair.
+SET micromegas_views.caller_groups = '*';
+SELECT count(*) AS star_group_sees FROM micromegas.list_audience_grants();
+-- No setting makes a reader an admin, and readers cannot touch the table.
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.audience_grants$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:me')$$);
+RESET micromegas_views.caller_email;
+RESET micromegas_views.caller_groups;
+RESET SESSION AUTHORIZATION;
+
+SELECT micromegas.mm_revoke_audience(audience, axis, selector) FROM micromegas.audience_grants
+ WHERE created_by <> 'micromegas_views' ORDER BY 1;
+DROP ROLE mmv_grants_reader, mmv_grants_admin;

@@ -1,0 +1,53 @@
+//! The Rust steps of the query deny list and the query fingerprint
+//! (`sql/access.sql` calls them). Rule text and queries are caller text:
+//! read on the planning thread only.
+
+use super::errors::OrRaise;
+use super::thread::run_isolated;
+use micromegas_views_core::deny;
+use pgrx::prelude::*;
+
+mod micromegas {
+    use super::*;
+
+    /// Compiles a deny rule's expression with every check of deny_queries;
+    /// raises the first problem.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_check_deny_rule")]
+    fn check_deny_rule(match_expr: &str) -> bool {
+        let text = match_expr.to_owned();
+        run_isolated(move || deny::compile(&text).map(|_| true)).or_raise()
+    }
+
+    /// The 1-based position of the first rule whose expression is TRUE for
+    /// the context (`MATCH_COLUMNS` order), or NULL.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_first_denial")]
+    fn first_denial(
+        rule_ids: Vec<String>,
+        match_exprs: Vec<String>,
+        context: Vec<Option<String>>,
+    ) -> Option<i32> {
+        if rule_ids.len() != match_exprs.len() || context.len() != deny::MATCH_COLUMNS.len() {
+            pgrx::error!("_mm_first_denial: mismatched arguments");
+        }
+        let rules: Vec<(String, String)> = rule_ids.into_iter().zip(match_exprs).collect();
+        let context: [Option<String>; 12] = context.try_into().expect("length checked above");
+        run_isolated(move || deny::first_match(&rules, &context))
+            .or_raise()
+            .map(|i| i as i32 + 1)
+    }
+
+    /// `micromegas_views.query_deny_max_rules` (loading the library first,
+    /// so the setting is always defined when read).
+    #[pg_extern(stable, name = "_mm_deny_max_rules")]
+    fn deny_max_rules() -> i32 {
+        super::super::settings::query_deny_max_rules()
+    }
+
+    /// The fingerprint micromegas' query audit log records for a query text
+    /// (16 hex digits): what a deny rule matches as `sql_hash`.
+    #[pg_extern(immutable, parallel_safe, strict, name = "mm_sql_hash")]
+    fn sql_hash(sql: &str) -> String {
+        let text = sql.to_owned();
+        run_isolated(move || Ok(deny::sql_hash(&text))).or_raise()
+    }
+}
