@@ -525,9 +525,74 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
         });
     }
 
+    // 6. The deny list: fingerprinting a 1 KB query, and matching a query's
+    // context against 100 rules, vs a bare sha256() of the same text.
+    let query_1k = {
+        let mut q = String::from("SELECT time, process_id, msg FROM log_entries WHERE ");
+        let mut i = 0;
+        while q.len() < 1000 {
+            q.push_str(&format!("(level <= {i} AND target LIKE 'module_{i}%') OR "));
+            i += 1;
+        }
+        q.push_str("false");
+        q
+    };
+    client
+        .batch_execute(
+            "SET micromegas_views.query_deny_max_rules = 100;
+             DELETE FROM micromegas.query_deny_list;
+             SELECT count(*) FROM generate_series(1, 100) i,
+               micromegas.deny_queries(format('client = %L AND sql LIKE %L', 'bench-' || i, '%thread_spans_' || i || '%'),
+                                       'bench rule ' || i);",
+        )
+        .await
+        .unwrap();
+    let hash_stmt = client
+        .prepare("SELECT micromegas.mm_sql_hash($1)")
+        .await
+        .unwrap();
+    let sha_stmt = client
+        .prepare("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
+        .await
+        .unwrap();
+    let match_stmt = client
+        .prepare("SELECT * FROM micromegas.mm_match_query_denial(client => 'grafana', sql => $1)")
+        .await
+        .unwrap();
+    let mut hash = Vec::new();
+    let mut sha = Vec::new();
+    let mut matched = Vec::new();
+    for _ in 0..rounds {
+        for (stmt, samples) in [
+            (&hash_stmt, &mut hash),
+            (&sha_stmt, &mut sha),
+            (&match_stmt, &mut matched),
+        ] {
+            let start = Instant::now();
+            client.query(stmt, &[&query_1k]).await.unwrap();
+            samples.push(start.elapsed());
+        }
+    }
+    let sha_p50 = percentile(&mut sha, 0.5);
+    rows.push(Row {
+        what: "mm_sql_hash, 1 KB query p50".into(),
+        figure: percentile(&mut hash, 0.5),
+        baseline_what: "sha256() of the same text p50".into(),
+        baseline: sha_p50,
+        unit: "ms",
+    });
+    rows.push(Row {
+        what: "mm_match_query_denial, 100 rules, no match p50".into(),
+        figure: percentile(&mut matched, 0.5),
+        baseline_what: "sha256() of the same text p50".into(),
+        baseline: sha_p50,
+        unit: "ms",
+    });
+
     client
         .batch_execute(
             "DROP TABLE IF EXISTS bench_log_entries, bench_blocks;
+             DELETE FROM micromegas.query_deny_list;
              DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'spoke\\_%' OR view_set_name IN ('hub', 'leaf');",
         )
         .await
