@@ -79,17 +79,22 @@ REVOKE EXECUTE ON FUNCTION micromegas._mm_check_deny_rule(text), micromegas._mm_
   micromegas.remove_query_denial(text), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
   micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
   micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_grant_audience(text, text, text),
-  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants() FROM PUBLIC;
+  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants(),
+  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(),
+  micromegas.mm_access_versions() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION micromegas.mm_sql_hash(text), micromegas.deny_queries(text, text),
   micromegas.list_query_denials(), micromegas.remove_query_denial(text),
   micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
   micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
   micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_grant_audience(text, text, text),
-  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants() TO micromegas_admin;
+  micromegas.mm_revoke_audience(text, text, text), micromegas.list_audience_grants(),
+  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(),
+  micromegas.mm_access_versions() TO micromegas_admin;
 REVOKE ALL ON micromegas.access_state, micromegas.query_deny_list, micromegas.audience_grants FROM PUBLIC;
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
 GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
   micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
-  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz)
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
+  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
   TO micromegas_reader;

@@ -358,3 +358,31 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY g.audience, g.axis, g.selector
 $$;
 -- </audience grants>
+
+-- <snapshots>
+-- The services' reads (the FlightSQL replicas enforce both lists): the
+-- version and every row, in one statement, so one consistent read; and the
+-- two versions, polled to notice a missed notification.
+CREATE FUNCTION micromegas.mm_query_deny_list_snapshot()
+RETURNS TABLE (version bigint, rule_id uuid, created_at timestamptz, created_by text, reason text,
+               match_expr text, last_hit_at timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT a.deny_list_version, q.rule_id, q.created_at, q.created_by::text, q.reason, q.match_expr, q.last_hit_at
+    FROM micromegas.access_state a LEFT JOIN micromegas.query_deny_list q ON true
+   ORDER BY q.created_at, q.rule_id
+$$;
+
+CREATE FUNCTION micromegas.mm_audience_grants_snapshot()
+RETURNS TABLE (version bigint, audience text, axis text, selector text, created_at timestamptz, created_by text)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT a.audience_grants_version, g.audience::text, g.axis::text, g.selector::text, g.created_at, g.created_by::text
+    FROM micromegas.access_state a LEFT JOIN micromegas.audience_grants g ON true
+   ORDER BY g.audience, g.axis, g.selector
+$$;
+
+CREATE FUNCTION micromegas.mm_access_versions()
+RETURNS TABLE (deny_list_version bigint, audience_grants_version bigint)
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT a.deny_list_version, a.audience_grants_version FROM micromegas.access_state a
+$$;
+-- </snapshots>

@@ -384,5 +384,6 @@ GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.lis
   micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
   micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
-  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz)
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
+  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
   TO micromegas_reader;

@@ -8,8 +8,13 @@
 //! arrives) still converges. A failed reload keeps the last good snapshot; a
 //! lost connection is re-established with exponential backoff ([`Backoff`]),
 //! and every failure is logged through `tracing`.
+//!
+//! The same machinery ([`Watching`] over a [`Source`]) keeps the query deny
+//! list ([`DenyListWatcher`]) and the audience grants
+//! ([`AudienceGrantsWatcher`]) current, on their own channels.
 
 use futures_util::StreamExt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
@@ -82,6 +87,164 @@ pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::
         });
     }
     Ok(snapshot)
+}
+
+/// What a watcher keeps current: the value, the channel that announces a
+/// change, the version that orders changes, and the one-statement load.
+pub trait Source: Send + Sync + 'static {
+    type Value: Default + Send + Sync + 'static;
+    /// The LISTEN channel; its payloads carry a `"version"`.
+    const CHANNEL: &'static str;
+    const NAME: &'static str;
+    /// The version a loaded value was read at.
+    fn version_of(value: &Self::Value) -> i64;
+    /// The version in the database now.
+    fn current_version(
+        client: &Client,
+    ) -> impl Future<Output = Result<i64, tokio_postgres::Error>> + Send;
+    /// The whole value, in one statement.
+    fn load(
+        client: &Client,
+    ) -> impl Future<Output = Result<Self::Value, tokio_postgres::Error>> + Send;
+}
+
+/// The view set definitions ([`Snapshot`]).
+pub struct Definitions;
+
+impl Source for Definitions {
+    type Value = Snapshot;
+    const CHANNEL: &'static str = CHANNEL;
+    const NAME: &'static str = "view definitions";
+    fn version_of(value: &Snapshot) -> i64 {
+        value.version
+    }
+    fn current_version(
+        client: &Client,
+    ) -> impl Future<Output = Result<i64, tokio_postgres::Error>> + Send {
+        catalog_version(client)
+    }
+    fn load(
+        client: &Client,
+    ) -> impl Future<Output = Result<Snapshot, tokio_postgres::Error>> + Send {
+        load_snapshot(client)
+    }
+}
+
+/// One rule of the query deny list.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DenyRule {
+    pub rule_id: String,
+    pub created_by: String,
+    pub reason: String,
+    pub match_expr: String,
+}
+
+/// Every rule, oldest first (the order rules are tried in).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DenyListSnapshot {
+    pub version: i64,
+    pub rules: Vec<DenyRule>,
+}
+
+/// The query deny list ([`DenyListSnapshot`]), on `micromegas_query_deny_list`.
+pub struct DenyList;
+
+impl Source for DenyList {
+    type Value = DenyListSnapshot;
+    const CHANNEL: &'static str = "micromegas_query_deny_list";
+    const NAME: &'static str = "query deny list";
+    fn version_of(value: &DenyListSnapshot) -> i64 {
+        value.version
+    }
+    async fn current_version(client: &Client) -> Result<i64, tokio_postgres::Error> {
+        Ok(client
+            .query_one(
+                "SELECT deny_list_version FROM micromegas.mm_access_versions()",
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+    async fn load(client: &Client) -> Result<DenyListSnapshot, tokio_postgres::Error> {
+        let rows = client
+            .query(
+                "SELECT version, rule_id::text, created_by, reason, match_expr \
+                 FROM micromegas.mm_query_deny_list_snapshot()",
+                &[],
+            )
+            .await?;
+        let mut snapshot = DenyListSnapshot::default();
+        for row in rows {
+            snapshot.version = row.get(0);
+            let Some(rule_id) = row.get::<_, Option<String>>(1) else {
+                continue;
+            };
+            snapshot.rules.push(DenyRule {
+                rule_id,
+                created_by: row.get(2),
+                reason: row.get(3),
+                match_expr: row.get(4),
+            });
+        }
+        Ok(snapshot)
+    }
+}
+
+/// One audience grant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AudienceGrant {
+    pub audience: String,
+    pub axis: String,
+    pub selector: String,
+}
+
+/// Every grant, by audience, axis, selector.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AudienceGrantsSnapshot {
+    pub version: i64,
+    pub grants: Vec<AudienceGrant>,
+}
+
+/// The audience grants ([`AudienceGrantsSnapshot`]), on `micromegas_audience_grants`.
+pub struct AudienceGrants;
+
+impl Source for AudienceGrants {
+    type Value = AudienceGrantsSnapshot;
+    const CHANNEL: &'static str = "micromegas_audience_grants";
+    const NAME: &'static str = "audience grants";
+    fn version_of(value: &AudienceGrantsSnapshot) -> i64 {
+        value.version
+    }
+    async fn current_version(client: &Client) -> Result<i64, tokio_postgres::Error> {
+        Ok(client
+            .query_one(
+                "SELECT audience_grants_version FROM micromegas.mm_access_versions()",
+                &[],
+            )
+            .await?
+            .get(0))
+    }
+    async fn load(client: &Client) -> Result<AudienceGrantsSnapshot, tokio_postgres::Error> {
+        let rows = client
+            .query(
+                "SELECT version, audience, axis, selector FROM micromegas.mm_audience_grants_snapshot()",
+                &[],
+            )
+            .await?;
+        let mut snapshot = AudienceGrantsSnapshot::default();
+        for row in rows {
+            snapshot.version = row.get(0);
+            let Some(audience) = row.get::<_, Option<String>>(1) else {
+                continue;
+            };
+            snapshot.grants.push(AudienceGrant {
+                audience,
+                axis: row.get(2),
+                selector: row.get(3),
+            });
+        }
+        Ok(snapshot)
+    }
 }
 
 /// Connects with a libpq-style connection string (empty: the standard
@@ -177,37 +340,44 @@ impl Config {
     }
 }
 
-/// A running watcher. Dropping it stops the background task.
-pub struct Watcher {
-    receiver: watch::Receiver<Arc<Snapshot>>,
+/// A running watcher of `S`. Dropping it stops the background task.
+pub struct Watching<S: Source> {
+    receiver: watch::Receiver<Arc<S::Value>>,
     task: JoinHandle<()>,
 }
 
-impl Watcher {
-    /// Starts watching; the first snapshot is empty (version 0) until the
+/// Keeps the view set definitions current.
+pub type Watcher = Watching<Definitions>;
+/// Keeps the query deny list current.
+pub type DenyListWatcher = Watching<DenyList>;
+/// Keeps the audience grants current.
+pub type AudienceGrantsWatcher = Watching<AudienceGrants>;
+
+impl<S: Source> Watching<S> {
+    /// Starts watching; the first value is empty (version 0) until the
     /// first load succeeds.
-    pub fn spawn(config: Config) -> Watcher {
-        let (sender, receiver) = watch::channel(Arc::new(Snapshot::default()));
-        let task = tokio::spawn(run(config, sender));
-        Watcher { receiver, task }
+    pub fn spawn(config: Config) -> Self {
+        let (sender, receiver) = watch::channel(Arc::new(S::Value::default()));
+        let task = tokio::spawn(run::<S>(config, sender));
+        Watching { receiver, task }
     }
 
-    /// The current snapshot.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
+    /// The current value.
+    pub fn snapshot(&self) -> Arc<S::Value> {
         self.receiver.borrow().clone()
     }
 
-    /// A receiver that wakes on every new snapshot.
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+    /// A receiver that wakes on every new value.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<S::Value>> {
         self.receiver.clone()
     }
 
-    /// Waits until the snapshot's version is at least `version`.
-    pub async fn wait_for_version(&self, version: i64) -> Arc<Snapshot> {
+    /// Waits until the value's version is at least `version`.
+    pub async fn wait_for_version(&self, version: i64) -> Arc<S::Value> {
         let mut receiver = self.receiver.clone();
         loop {
             let current = receiver.borrow_and_update().clone();
-            if current.version >= version {
+            if S::version_of(&current) >= version {
                 return current;
             }
             if receiver.changed().await.is_err() {
@@ -217,7 +387,7 @@ impl Watcher {
     }
 }
 
-impl Drop for Watcher {
+impl<S: Source> Drop for Watching<S> {
     fn drop(&mut self) {
         self.task.abort();
     }
@@ -260,10 +430,10 @@ struct Failure {
     error: tokio_postgres::Error,
 }
 
-async fn run(config: Config, sender: watch::Sender<Arc<Snapshot>>) {
+async fn run<S: Source>(config: Config, sender: watch::Sender<Arc<S::Value>>) {
     let mut backoff = Backoff::new(config.min_backoff, config.max_backoff);
     loop {
-        match session(&config, &sender).await {
+        match session::<S>(&config, &sender).await {
             Ok(()) => return, // every receiver is gone
             Err(failure) => {
                 let wait = backoff.after_failure(failure.connected);
@@ -271,7 +441,8 @@ async fn run(config: Config, sender: watch::Sender<Arc<Snapshot>>) {
                     error = %failure.error,
                     connected = failure.connected,
                     retry_in_ms = wait.as_millis() as u64,
-                    version = sender.borrow().version,
+                    version = S::version_of(&sender.borrow()),
+                    source = S::NAME,
                     "micromegas_views watcher: session failed; keeping the last snapshot and reconnecting"
                 );
                 tokio::time::sleep(wait).await;
@@ -285,7 +456,10 @@ async fn run(config: Config, sender: watch::Sender<Arc<Snapshot>>) {
 
 /// One connection's life: LISTEN, load, then reload on notifications and on
 /// the poll timer until the connection fails.
-async fn session(config: &Config, sender: &watch::Sender<Arc<Snapshot>>) -> Result<(), Failure> {
+async fn session<S: Source>(
+    config: &Config,
+    sender: &watch::Sender<Arc<S::Value>>,
+) -> Result<(), Failure> {
     let not_connected = |error| Failure {
         connected: false,
         error,
@@ -295,8 +469,8 @@ async fn session(config: &Config, sender: &watch::Sender<Arc<Snapshot>>) -> Resu
         .connect(NoTls)
         .await
         .map_err(not_connected)?;
-    tracing::debug!("micromegas_views watcher: connected");
-    connected_session(config, sender, client, connection)
+    tracing::debug!(source = S::NAME, "micromegas_views watcher: connected");
+    connected_session::<S>(config, sender, client, connection)
         .await
         .map_err(|error| Failure {
             connected: true,
@@ -304,9 +478,9 @@ async fn session(config: &Config, sender: &watch::Sender<Arc<Snapshot>>) -> Resu
         })
 }
 
-async fn connected_session(
+async fn connected_session<S: Source>(
     config: &Config,
-    sender: &watch::Sender<Arc<Snapshot>>,
+    sender: &watch::Sender<Arc<S::Value>>,
     client: Client,
     mut connection: tokio_postgres::Connection<
         tokio_postgres::Socket,
@@ -318,7 +492,7 @@ async fn connected_session(
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(n)) if n.channel() == CHANNEL => {
+                Ok(AsyncMessage::Notification(n)) if n.channel() == S::CHANNEL => {
                     let version = serde_json::from_str::<serde_json::Value>(n.payload())
                         .ok()
                         .and_then(|v| v["version"].as_i64());
@@ -332,18 +506,20 @@ async fn connected_session(
     });
     let result = async {
         if config.listen {
-            client.batch_execute(&format!("LISTEN {CHANNEL}")).await?;
+            client
+                .batch_execute(&format!("LISTEN {}", S::CHANNEL))
+                .await?;
         }
-        reload_if_newer(&client, sender).await?;
+        reload_if_newer::<S>(&client, sender).await?;
         let mut ticker = tokio::time::interval(config.poll_interval);
         ticker.tick().await;
         loop {
             tokio::select! {
                 notified = notify_rx.recv() => match notified {
                     Some(version) => {
-                        let current = sender.borrow().version;
+                        let current = S::version_of(&sender.borrow());
                         if version.is_none_or(|v| v > current) {
-                            reload_if_newer(&client, sender).await?;
+                            reload_if_newer::<S>(&client, sender).await?;
                         }
                     }
                     None => {
@@ -353,7 +529,7 @@ async fn connected_session(
                     }
                 },
                 _ = ticker.tick() => {
-                    reload_if_newer(&client, sender).await?;
+                    reload_if_newer::<S>(&client, sender).await?;
                 }
                 _ = sender.closed() => return Ok(true),
             }
@@ -372,16 +548,16 @@ async fn connected_session(
     }
 }
 
-/// Reloads when the catalog moved past the snapshot's version. A failed
-/// reload leaves the last good snapshot in place.
-async fn reload_if_newer(
+/// Reloads when the database moved past the value's version. A failed
+/// reload leaves the last good value in place.
+async fn reload_if_newer<S: Source>(
     client: &Client,
-    sender: &watch::Sender<Arc<Snapshot>>,
+    sender: &watch::Sender<Arc<S::Value>>,
 ) -> Result<(), tokio_postgres::Error> {
-    let version = catalog_version(client).await?;
-    if version != sender.borrow().version {
-        let snapshot = load_snapshot(client).await?;
-        sender.send_replace(Arc::new(snapshot));
+    let version = S::current_version(client).await?;
+    if version != S::version_of(&sender.borrow()) {
+        let value = S::load(client).await?;
+        sender.send_replace(Arc::new(value));
     }
     Ok(())
 }

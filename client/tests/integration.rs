@@ -1,7 +1,10 @@
 //! Against a real PostgreSQL with the extension installed, reached with
 //! `MMV_TEST_DSN` (scripts/test.sh sets it). Run with `--features integration`.
 
-use micromegas_views_client::{catalog_version, load_snapshot, Config, Watcher, APPLICATION_NAME};
+use micromegas_views_client::{
+    catalog_version, load_snapshot, AudienceGrantsWatcher, Config, DenyListWatcher, Watcher,
+    APPLICATION_NAME,
+};
 use std::time::Duration;
 use tokio_postgres::{Client, NoTls};
 
@@ -170,4 +173,85 @@ async fn a_failed_reload_keeps_the_last_good_snapshot() {
     drop(watcher);
     drop_view(&admin, "cl_good").await;
     drop_view(&admin, "cl_missed").await;
+}
+
+/// The deny list and the grants are watched like the definitions: a change
+/// is announced on its own channel and the watcher reloads at once (no
+/// polling here: the poll interval is an hour).
+#[tokio::test]
+async fn deny_list_and_grants_watchers_follow_changes() {
+    let admin = admin().await;
+    // Versions above 0, so that the watchers' first loads are visible (a
+    // watcher LISTENs before its first load).
+    admin
+        .batch_execute(
+            "SELECT msg FROM micromegas.deny_queries('client = ''cl-warm''', 'cl_warm');
+             DELETE FROM micromegas.query_deny_list WHERE reason = 'cl_warm'",
+        )
+        .await
+        .unwrap();
+    let versions = admin
+        .query_one(
+            "SELECT deny_list_version, audience_grants_version FROM micromegas.mm_access_versions()",
+            &[],
+        )
+        .await
+        .unwrap();
+    let deny = DenyListWatcher::spawn(config(true, Duration::from_secs(3600)));
+    let grants = AudienceGrantsWatcher::spawn(config(true, Duration::from_secs(3600)));
+    within(
+        "the first deny list load",
+        deny.wait_for_version(versions.get(0)),
+    )
+    .await;
+    within(
+        "the first grants load",
+        grants.wait_for_version(versions.get(1)),
+    )
+    .await;
+    let before = deny.snapshot().version;
+    let rule_id: String = admin
+        .query_one(
+            "SELECT msg FROM micromegas.deny_queries($1, 'cl_watch')",
+            &[&"client = 'cl-watch'"],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let seen = within("the new rule", deny.wait_for_version(before + 1)).await;
+    assert!(seen
+        .rules
+        .iter()
+        .any(|r| r.rule_id == rule_id && r.reason == "cl_watch"));
+    let before = grants.snapshot().version;
+    admin
+        .execute(
+            "SELECT micromegas.mm_grant_audience('cl-team', 'read', 'user:cl@example.com')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let seen = within("the new grant", grants.wait_for_version(before + 1)).await;
+    assert!(seen
+        .grants
+        .iter()
+        .any(|g| g.audience == "cl-team" && g.selector == "user:cl@example.com"));
+    assert!(seen
+        .grants
+        .iter()
+        .any(|g| g.audience == "public" && g.selector == "*"));
+    let before = deny.snapshot().version;
+    admin
+        .execute("SELECT micromegas.remove_query_denial($1)", &[&rule_id])
+        .await
+        .unwrap();
+    let seen = within("the removal", deny.wait_for_version(before + 1)).await;
+    assert!(!seen.rules.iter().any(|r| r.rule_id == rule_id));
+    admin
+        .execute(
+            "SELECT micromegas.mm_revoke_audience('cl-team', 'read', 'user:cl@example.com')",
+            &[],
+        )
+        .await
+        .unwrap();
 }
