@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pg_dump / pg_restore round trip with the real tools: definitions (a replaced
 # log_stats, views reading views, a failed one), registered built-in schemas,
-# and, in a second database, a dropped log_stats. Each restore into a fresh
+# a deny rule and audience grants, and, in a second database, a dropped
+# log_stats. Each restore into a fresh
 # database must reproduce every row exactly. Needs a running cluster.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -25,7 +26,13 @@ snapshot() {
            -- a row still exactly as shipped was registered by CREATE EXTENSION
            CASE WHEN NOT shipped THEN registered_at::text || ' ' || registered_by END
       FROM micromegas.builtin_view_sets ORDER BY view_set_name" -c "
-    SELECT * FROM micromegas.mm_catalog_violations()"
+    SELECT * FROM micromegas.mm_catalog_violations()" -c "
+    SELECT rule_id, created_at, created_by, reason, match_expr, last_hit_at
+      FROM micromegas.query_deny_list ORDER BY rule_id" -c "
+    SELECT audience, axis, selector, created_by,
+           -- the seeded rows are made by each CREATE EXTENSION
+           CASE WHEN created_by <> 'micromegas_views' THEN created_at END
+      FROM micromegas.audience_grants ORDER BY 1, 2, 3"
 }
 
 for db in mmv_dump_a mmv_dump_b mmv_restore_a mmv_restore_b; do
@@ -57,6 +64,13 @@ SELECT * FROM micromegas.mm_create_view($$CREATE MATERIALIZED VIEW hosts WITH (
   count_src_query = $q$SELECT count(*) AS count FROM static_hosts WHERE time >= '{begin}' AND time < '{end}'$q$,
   merge_partitions_query = 'SELECT time, process_id, host FROM {source}',
   update_group = 600, time_column = 'time')$$);
+-- a deny rule that has fired, and audience grants
+SET micromegas_views.actor = 'oncall@example.com';
+SELECT * FROM micromegas.deny_queries('sql LIKE ''%thread_spans%'' AND client = ''grafana''', 'scan storm');
+SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromegas.query_deny_list), '2026-11-30 12:00:00+00');
+SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'group:sre');
+SELECT micromegas.mm_grant_audience('public', 'read', 'user:ann@example.com');
+RESET micromegas_views.actor;
 -- then the service drops a column hosts reads: hosts is marked failed
 SELECT * FROM micromegas.mm_register_builtin_view_set('static_hosts',
   '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
@@ -90,6 +104,8 @@ check mmv_restore_a "SELECT definition_sql LIKE '%5 minutes%' FROM micromegas.la
 check mmv_restore_a "SELECT string_agg(view_set_name, ',' ORDER BY position) FROM micromegas.mm_materialization_order() WHERE origin = 'ddl'" "log_stats,z_daily,a_weekly"
 check mmv_restore_b "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'" 0
 check mmv_restore_b "SELECT count(*) FROM micromegas.removed_shipped_rows" 1
+check mmv_restore_a "SELECT count(*) || ' ' || min(created_by) FROM micromegas.query_deny_list" "1 oncall@example.com"
+check mmv_restore_a "SELECT count(*) FROM micromegas.audience_grants" 4
 # The restored catalog version is above the dumped one: a service that saw
 # the dumped catalog sees the restored one as newer.
 for pair in a b; do
