@@ -12,7 +12,7 @@ source "$here/env.sh"
 cd "$root"
 start=$(date +%s)
 profile="${MMV_BENCH_PROFILE:-release}"
-cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" >/dev/null
+cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" $MMV_FEATURES >/dev/null
 build_seconds=$(( $(date +%s) - start ))
 so="$("$PG_CONFIG" --pkglibdir)/micromegas_views.so"
 so_mib=$(awk "BEGIN { printf \"%.1f\", $(stat -c %s "$so") / 1048576 }")

@@ -12,7 +12,7 @@ trap '"$here/cluster.sh" stop' EXIT
 psql -q -X -d postgres -c "CREATE EXTENSION micromegas_views"
 
 # A listener in the background prints every notification it receives.
-listener_out="$MMV_STATE/listener.out"
+listener_out="$MMV_RUN/listener.out"
 ( { echo "LISTEN micromegas_view_definitions;"; sleep 4; echo "SELECT 1;"; } |
     psql -X -d postgres -q -A -t >"$listener_out" 2>&1 ) &
 listener=$!

