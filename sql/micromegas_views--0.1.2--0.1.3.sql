@@ -856,6 +856,9 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   problem text := micromegas._mm_audience_problem(audience, axis, selector);
 BEGIN
+  -- The trigger applies the same rule, but a value longer than its column
+  -- fails the cast to varchar before any trigger runs: checked here first,
+  -- so the caller gets the rule's message.
   IF problem IS NOT NULL THEN
     RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
   END IF;
@@ -872,6 +875,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   problem text := micromegas._mm_audience_problem(audience, axis, selector);
 BEGIN
+  -- No row may be written, so no trigger may check: an invalid triple is
+  -- an error here, not a quiet not_found.
   IF problem IS NOT NULL THEN
     RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
   END IF;
