@@ -12,7 +12,7 @@ source "$here/env.sh"
 seconds="${1:-60}"
 shift || :
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(ddl validate schema schema_ipc options)
+[ ${#targets[@]} -gt 0 ] || targets=(ddl validate schema schema_ipc options deny)
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
 cd "$here/../fuzz"
 export CARGO_TARGET_DIR="$MMV_STATE/fuzz-target" RUSTC_BOOTSTRAP=1

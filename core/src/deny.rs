@@ -39,6 +39,16 @@ pub const MATCH_COLUMNS: [&str; 12] = [
 
 /// The longest match expression accepted.
 pub const MAX_EXPR_BYTES: usize = 64 * 1024;
+/// The most text a query's context (or a query to fingerprint) may carry:
+/// tokenizing and matching have no checkpoint inside, so their input is bounded.
+pub const MAX_CONTEXT_BYTES: usize = 16 * 1024 * 1024;
+
+fn too_long(what: &str, len: usize) -> Error {
+    Error::new(
+        ErrorKind::ProgramLimit,
+        format!("{what} is too long: {len} bytes, the limit is {MAX_CONTEXT_BYTES} bytes"),
+    )
+}
 
 const OPTION: &str = "match_expr";
 
@@ -224,7 +234,10 @@ pub fn first_match(
 /// unquoted words in lower case, joined by one space; the first 16 hex
 /// digits of its SHA-256. Text that does not tokenize is hashed with its
 /// whitespace runs collapsed.
-pub fn sql_hash(sql: &str) -> String {
+pub fn sql_hash(sql: &str) -> Result<String> {
+    if sql.len() > MAX_CONTEXT_BYTES {
+        return Err(too_long("the query", sql.len()));
+    }
     let normalized = match Tokenizer::new(&GenericDialect {}, sql).tokenize() {
         Ok(tokens) => tokens
             .iter()
@@ -245,7 +258,7 @@ pub fn sql_hash(sql: &str) -> String {
         Err(_) => sql.split_whitespace().collect::<Vec<_>>().join(" "),
     };
     let digest = Sha256::digest(normalized.as_bytes());
-    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+    Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
 }
 
 #[cfg(test)]
@@ -383,18 +396,18 @@ mod tests {
             ("SELECT $$x$$, E'a', X'0F', N'n', 1.5e3", "2c3f002f90fca2cb"),
             ("SELECT 'unterminated", "9308fcc523b1e6d1"),
         ] {
-            assert_eq!(sql_hash(sql), hash, "{sql}");
+            assert_eq!(sql_hash(sql).unwrap(), hash, "{sql}");
         }
     }
 
     #[test]
     fn sql_hash_ignores_literals_layout_and_keyword_case() {
-        let base = sql_hash("SELECT name FROM processes WHERE pid = 7 AND exe = 'a'");
+        let base = sql_hash("SELECT name FROM processes WHERE pid = 7 AND exe = 'a'").unwrap();
         for other in [
             "select name from processes where pid = 12345 and exe = 'something else'",
             "SELECT name\n\tFROM processes -- who\nWHERE pid = 0.5 /* any */ AND exe = ''",
         ] {
-            assert_eq!(sql_hash(other), base, "{other}");
+            assert_eq!(sql_hash(other).unwrap(), base, "{other}");
         }
         assert_ne!(
             sql_hash("SELECT name FROM \"Processes\""),

@@ -7,6 +7,48 @@ use crate::options::OptionValues;
 use crate::{ddl, isolate, schema, validate, Definition, ErrorKind, Statement};
 use std::sync::OnceLock;
 
+/// Any text given as a deny rule compiles or is refused with a user-facing
+/// error; a compiled rule evaluates on any context without error; and the
+/// fingerprint of any text is 16 hex digits, the same whatever the layout.
+pub fn deny_rule(text: &str) {
+    let rule = text.to_string();
+    let compiled = isolate::run(move || crate::deny::compile(&rule).map(|_| ()));
+    match compiled {
+        Ok(()) => {
+            let rules = vec![("r".to_string(), text.to_string())];
+            let context: [Option<String>; 12] = std::array::from_fn(|i| {
+                (i % 3 != 0).then(|| text.chars().rev().collect::<String>())
+            });
+            let outcome = isolate::run(move || crate::deny::first_match(&rules, &context));
+            if let Err(e) = outcome {
+                // Only what the data can cause at run time (a bad pattern
+                // for another input), never an internal error.
+                assert_ne!(e.kind, ErrorKind::Internal, "{e}");
+            }
+        }
+        Err(e) => assert_ne!(e.kind, ErrorKind::Internal, "{e}"),
+    }
+    let hash = crate::deny::sql_hash(text).expect("within the size limit");
+    assert!(hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()));
+    let spaced = format!("  {text}\n");
+    if crate::deny::sql_hash(&spaced).expect("within the size limit") != hash {
+        // Only text that does not tokenize keeps its layout's edges trimmed the
+        // same way; anything else must not depend on surrounding whitespace.
+        assert!(
+            sqlparser::tokenizer::Tokenizer::new(&sqlparser::dialect::GenericDialect {}, text)
+                .tokenize()
+                .is_err()
+                || sqlparser::tokenizer::Tokenizer::new(
+                    &sqlparser::dialect::GenericDialect {},
+                    &spaced
+                )
+                .tokenize()
+                .is_err(),
+            "layout changed the fingerprint of {text:?}"
+        );
+    }
+}
+
 /// Any text ends in a statement or an error; an accepted CREATE renders back
 /// to a statement that parses to the same definition.
 pub fn ddl_round_trip(text: &str) {
@@ -178,6 +220,17 @@ mod tests {
         assert!(!inputs.is_empty());
         for input in inputs {
             schema_ipc_bytes(&input);
+        }
+    }
+
+    #[test]
+    fn deny_corpus() {
+        let inputs = inputs("deny");
+        assert!(!inputs.is_empty());
+        for input in inputs {
+            if let Ok(text) = std::str::from_utf8(&input) {
+                deny_rule(text);
+            }
         }
     }
 

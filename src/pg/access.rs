@@ -48,6 +48,6 @@ mod micromegas {
     #[pg_extern(immutable, parallel_safe, strict, name = "mm_sql_hash")]
     fn sql_hash(sql: &str) -> String {
         let text = sql.to_owned();
-        run_isolated(move || Ok(deny::sql_hash(&text))).or_raise()
+        run_isolated(move || deny::sql_hash(&text)).or_raise()
     }
 }
