@@ -741,7 +741,8 @@ $$;
 
 -- The first rule, oldest first, whose expression is TRUE for a query's
 -- context (NULL is no match), evaluated with the same compiled expression a
--- rule is checked with. sql_hash, when not given, is the fingerprint of sql.
+-- rule is checked with. sql_hash, when not given, is the fingerprint of sql
+-- (computed in the same call).
 CREATE FUNCTION micromegas.mm_match_query_denial(
   user_id text DEFAULT NULL, email text DEFAULT NULL, service_account text DEFAULT NULL,
   client text DEFAULT NULL, agent text DEFAULT NULL, entrypoint text DEFAULT NULL,
@@ -760,8 +761,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
              mm_match_query_denial.agent, mm_match_query_denial.entrypoint,
              mm_match_query_denial.session, mm_match_query_denial.notebook,
              mm_match_query_denial.cell, mm_match_query_denial.client_ip,
-             mm_match_query_denial.sql,
-             coalesce(mm_match_query_denial.sql_hash, micromegas.mm_sql_hash(mm_match_query_denial.sql))])] AS id
+             mm_match_query_denial.sql, mm_match_query_denial.sql_hash])] AS id
       FROM rules r WHERE r.ids IS NOT NULL)
   SELECT q.rule_id::text, q.reason, q.match_expr
     FROM hit JOIN micromegas.query_deny_list q ON q.rule_id::text = hit.id

@@ -37,6 +37,10 @@ pub const MATCH_COLUMNS: [&str; 12] = [
     "sql_hash",
 ];
 
+/// Positions of `sql` and `sql_hash` in [`MATCH_COLUMNS`].
+const SQL: usize = 10;
+const SQL_HASH: usize = 11;
+
 /// The longest match expression accepted.
 pub const MAX_EXPR_BYTES: usize = 64 * 1024;
 /// The most text a query's context (or a query to fingerprint) may carry:
@@ -213,9 +217,18 @@ pub fn first_match(
     rules: &[(String, String)],
     context: &[Option<String>; 12],
 ) -> Result<Option<usize>> {
+    let size: usize = context.iter().flatten().map(String::len).sum();
+    if size > MAX_CONTEXT_BYTES {
+        return Err(too_long("the match context", size));
+    }
+    // sql_hash, when not given, is the fingerprint of sql.
+    let mut context = context.clone();
+    if let (None, Some(sql)) = (&context[SQL_HASH], &context[SQL]) {
+        context[SQL_HASH] = Some(sql_hash(sql)?);
+    }
     for (i, (id, text)) in rules.iter().enumerate() {
         isolate::checkpoint()?;
-        let outcome = compiled(text).and_then(|expr| evaluate(&expr, context));
+        let outcome = compiled(text).and_then(|expr| evaluate(&expr, &context));
         match outcome {
             Ok(Some(true)) => return Ok(Some(i)),
             Ok(_) => {}
@@ -380,6 +393,30 @@ mod tests {
         );
         assert_eq!(run(context(&[("user_id", "u")])), Some(2));
         assert_eq!(run(context(&[("user_id", "v")])), None);
+    }
+
+    #[test]
+    fn a_missing_sql_hash_is_the_fingerprint_of_sql() {
+        assert_eq!(
+            (MATCH_COLUMNS[SQL], MATCH_COLUMNS[SQL_HASH]),
+            ("sql", "sql_hash")
+        );
+        let hash = sql_hash("SELECT 1").unwrap();
+        let rules = vec![("r".to_string(), format!("sql_hash = '{hash}'"))];
+        let run = |ctx: [Option<String>; 12]| {
+            let rules = rules.clone();
+            isolate::run(move || first_match(&rules, &ctx)).unwrap()
+        };
+        assert_eq!(run(context(&[("sql", "select 42")])), Some(0));
+        // A given sql_hash is taken as it is.
+        assert_eq!(
+            run(context(&[("sql", "select 42"), ("sql_hash", "other")])),
+            None
+        );
+        let huge = "x".repeat(MAX_CONTEXT_BYTES + 1);
+        let e = isolate::run(move || first_match(&[], &context(&[("sql", huge.as_str())])))
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::ProgramLimit);
     }
 
     #[test]

@@ -19,7 +19,8 @@ mod micromegas {
     }
 
     /// The 1-based position of the first rule whose expression is TRUE for
-    /// the context (`MATCH_COLUMNS` order), or NULL.
+    /// the context (`MATCH_COLUMNS` order; a NULL `sql_hash` is the
+    /// fingerprint of `sql`), or NULL.
     #[pg_extern(immutable, parallel_safe, name = "_mm_first_denial")]
     fn first_denial(
         rule_ids: Vec<String>,
