@@ -91,12 +91,39 @@ thread_local! {
     static LAST_DERIVED: RefCell<Option<(RowInput, Derived)>> = const { RefCell::new(None) };
 }
 
+/// Whether `row` defines what `last` did: the same statement and columns,
+/// and a name that is either not given or the one `last` defined. (The
+/// INSERT of `mm_create_view` gives no name; the UPDATE a replace turns
+/// into carries the row's. A given name only adds the check that it is the
+/// defined one, so both derive the same.)
+fn same_row(last: &RowInput, defined: &Derived, row: &RowInput) -> bool {
+    let name_fits = |n: &Option<String>| n.as_ref().is_none_or(|n| *n == defined.definition.name);
+    // Every field but the name (a field added to RowInput must be listed).
+    let RowInput {
+        view_set_name,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options,
+    } = last;
+    name_fits(view_set_name)
+        && name_fits(&row.view_set_name)
+        && *definition_sql == row.definition_sql
+        && *extract_query == row.extract_query
+        && *count_src_query == row.count_src_query
+        && *merge_partitions_query == row.merge_partitions_query
+        && *update_group == row.update_group
+        && *view_options == row.view_options
+}
+
 /// What `row` defines ([`prepare::derive`] on the planning thread, or the
 /// last answer when the row is the same).
 fn derive(row: RowInput) -> Derived {
     if let Some(derived) = LAST_DERIVED.with_borrow(|last| {
         last.as_ref()
-            .filter(|(input, _)| *input == row)
+            .filter(|(input, defined)| same_row(input, defined, &row))
             .map(|(_, derived)| derived.clone())
     }) {
         return derived;
