@@ -20,7 +20,7 @@ cargo build --release -q -p micromegas_views_client --example bench
 "$here/cluster.sh" start >/dev/null
 trap '"$here/cluster.sh" stop' EXIT
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_bench" -c "CREATE DATABASE mmv_bench"
-psql -X -q -d mmv_bench -c "CREATE EXTENSION micromegas_views"
+psql -X -q -d mmv_bench -c "$MMV_INSTALL_SQL"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -r), PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(date -u +%F)"
 echo
 MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_bench" "$CARGO_TARGET_DIR/release/examples/bench"

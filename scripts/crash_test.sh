@@ -11,7 +11,7 @@ view() {
   echo "CREATE MATERIALIZED VIEW $1 WITH (extract_query = 'SELECT time, process_id FROM log_entries', count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', merge_partitions_query = 'SELECT time, process_id FROM {source}', update_group = 4000, time_column = 'time')"
 }
 q postgres -c "DROP DATABASE IF EXISTS mmv_crash" -c "CREATE DATABASE mmv_crash" 2>/dev/null
-q mmv_crash -c "CREATE EXTENSION micromegas_views"
+q mmv_crash -c "$MMV_INSTALL_SQL"
 q mmv_crash -c "SELECT status FROM micromegas.mm_create_view(\$\$$(view c_committed)\$\$)" >/dev/null
 committed_version=$(q mmv_crash -c "SELECT micromegas.mm_catalog_version()")
 

@@ -9,7 +9,7 @@ source "$here/env.sh"
 "$here/cluster.sh" install
 "$here/cluster.sh" start
 trap '"$here/cluster.sh" stop' EXIT
-psql -q -X -d postgres -c "CREATE EXTENSION micromegas_views"
+psql -q -X -d postgres -c "$MMV_INSTALL_SQL"
 
 # A listener in the background prints every notification it receives.
 listener_out="$MMV_RUN/listener.out"

@@ -39,8 +39,8 @@ for db in mmv_dump_a mmv_dump_b mmv_restore_a mmv_restore_b; do
   q postgres -c "DROP DATABASE IF EXISTS $db" 2>/dev/null
   q postgres -c "CREATE DATABASE $db"
 done
-q mmv_dump_a -c "CREATE EXTENSION micromegas_views"
-q mmv_dump_b -c "CREATE EXTENSION micromegas_views"
+q mmv_dump_a -c "$MMV_INSTALL_SQL"
+q mmv_dump_b -c "$MMV_INSTALL_SQL"
 
 q mmv_dump_a <<'SQL'
 -- a registered static table and a changed built-in schema

@@ -33,3 +33,10 @@ export PATH="$HOME/.cargo/bin:$PATH"
 as_postgres() {
   if [ "$(id -u)" = 0 ]; then sudo -u postgres -E env PATH="$PATH" "$@"; else "$@"; fi
 }
+
+# The extension installed the way the README says: btree_gist (the overlap
+# guard of the partitions needs it) in a schema of its own, never public, so
+# that DROP SCHEMA public CASCADE cannot reach micromegas_views through it.
+export MMV_INSTALL_SQL="CREATE SCHEMA IF NOT EXISTS btree_gist;
+CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;
+CREATE EXTENSION micromegas_views;"

@@ -49,11 +49,11 @@ suites() {
   (cd "$suite" && as_postgres "$PGXS_DIR/src/test/isolation/pg_isolation_regress" \
     --bindir="$PG_BIN" --inputdir=isolation --outputdir="$out/isolation" \
     --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_isolation \
-    --load-extension=micromegas_views \
+    --load-extension=btree_gist --load-extension=micromegas_views \
     $isolation_tests) || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] client and CLI integration tests"
   psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_client" -c "CREATE DATABASE mmv_client"
-  psql -X -q -d mmv_client -c "CREATE EXTENSION micromegas_views"
+  psql -X -q -d mmv_client -c "$MMV_INSTALL_SQL"
   MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
     cargo test -p micromegas_views_client -p micromegas_views_cli \
       --features micromegas_views_client/integration,micromegas_views_cli/integration || failed=$((failed + 1))

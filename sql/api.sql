@@ -5,18 +5,19 @@
 -- goes to the table as it is: its BEFORE trigger parses and checks it (one
 -- call into Rust), and turns the INSERT into an UPDATE for a replace.
 CREATE FUNCTION micromegas.mm_create_view(statement text)
-RETURNS TABLE (view_set_name text, status text, version bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text;
+  outcome text;
 BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
-  RETURN QUERY SELECT coalesce(target, pg_catalog.current_setting('micromegas_views.replaced')),
-                      CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END,
-                      s.version
+  outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
+  target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target)
                  FROM micromegas.catalog_state s;
 END
 $$;
@@ -37,7 +38,7 @@ CREATE FUNCTION micromegas.mm_create_view(
   merge_partition_delta text DEFAULT NULL,
   merge_sort_order text DEFAULT NULL,
   or_replace boolean DEFAULT false)
-RETURNS TABLE (view_set_name text, status text, version bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
@@ -65,7 +66,7 @@ BEGIN
            (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
     VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
   END IF;
-  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version();
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name);
 END
 $$;
 
@@ -76,13 +77,18 @@ CREATE DOMAIN micromegas.view_set_name AS text;
 
 -- Drops a view by a name that follows the name rule.
 CREATE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
-RETURNS TABLE (view_set_name text, status text, version bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  retired text[];
 BEGIN
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN
-    RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version();
+    -- What the DELETE trigger retired (sql/partitions.sql): "count bytes".
+    retired := pg_catalog.string_to_array(pg_catalog.current_setting('micromegas_views.retired'), ' ');
+    RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version(),
+                        retired[1]::bigint, retired[2]::bigint;
     RETURN;
   END IF;
   IF NOT if_exists THEN
@@ -94,13 +100,13 @@ BEGIN
     RAISE EXCEPTION 'materialized view "%" does not exist', target
       USING ERRCODE = 'undefined_object';
   END IF;
-  RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version();
+  RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version(), 0::bigint, 0::bigint;
 END
 $$;
 
 -- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
 CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
-RETURNS TABLE (view_set_name text, status text, version bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM micromegas._mm_check_name(name::text, 'reference');
@@ -110,7 +116,7 @@ $$;
 
 -- DROP MATERIALIZED VIEW [IF EXISTS] <name>, or just a bare view name.
 CREATE FUNCTION micromegas.mm_drop_view(statement text)
-RETURNS TABLE (view_set_name text, status text, version bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   t record;
@@ -321,7 +327,11 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.catalog_state', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_list', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.audience_grants',
   $$WHERE NOT (audience = 'public' AND selector = '*' AND created_by = 'micromegas_views')$$);
+-- Partitions and queued files are data (sql/partitions.sql).
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
 
+-- <comments>
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
   'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
@@ -331,6 +341,26 @@ COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
   'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
 COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) IS
   'Drop a view set definition by name';
+COMMENT ON FUNCTION micromegas.list_partitions(text, text) IS
+  'Every partition, optionally of one view set and instance';
+COMMENT ON FUNCTION micromegas.retire_partitions(text, text, timestamptz, timestamptz) IS
+  'Retire every partition of a view instance within [begin, end], whatever its schema';
+COMMENT ON FUNCTION micromegas.retire_partition_by_metadata(text, text, timestamptz, timestamptz, bytea) IS
+  'Retire exactly one partition, named by view set, instance, insert range and schema hash';
+COMMENT ON FUNCTION micromegas.retire_partition_by_file(text) IS
+  'Retire the one partition with this file';
+COMMENT ON FUNCTION micromegas.list_incompatible_partitions(text) IS
+  'Partitions whose schema hash is not their view set''s current one';
+COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
+  'Retire every incompatible partition; one row per view set and instance';
+COMMENT ON FUNCTION micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint, bytea, bytea, bigint, integer, text[], timestamptz) IS
+  'A service writes one partition (an overlap is refused, naming both partitions)';
+COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]) IS
+  'Retire a range of a view instance and write its new partitions, atomically';
+COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
+  'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
+COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
+  'The daemon claims expired files of retired partitions (commit after deleting them)';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written';
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
@@ -347,7 +377,9 @@ COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
   'Definitions reading a missing view set or out of update_group order (always empty)';
 COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
   'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
+-- </comments>
 
+-- <privileges>
 -- Privileges. PUBLIC may read the catalog version and the list of view
 -- sets; micromegas_reader reads the catalog; micromegas_admin (a member of
 -- the reader) changes it. The internal functions (_mm_*: version, lock,
@@ -366,6 +398,14 @@ GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_vi
 -- their caller may see.
 GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
 GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
+-- Partitions (sql/partitions.sql): readers list them; the services
+-- (micromegas_service) write them and claim expired files, directly or through
+-- mm_write_partition / mm_replace_partitions / mm_expired_files; admins retire
+-- them through the retire functions only.
+GRANT SELECT ON micromegas.lakehouse_partitions, micromegas.temporary_files,
+                micromegas.view_set_schema_hashes TO micromegas_reader;
+GRANT INSERT, UPDATE, DELETE ON micromegas.lakehouse_partitions TO micromegas_service;
+GRANT INSERT, DELETE ON micromegas.temporary_files TO micromegas_service;
 DO $$
 DECLARE
   f regprocedure;
@@ -387,3 +427,11 @@ GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_h
   micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
   micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
   TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.list_partitions(text, text), micromegas.list_incompatible_partitions(text),
+  micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION
+  micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint,
+                                bytea, bytea, bigint, integer, text[], timestamptz),
+  micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]),
+  micromegas.mm_expired_files(integer) TO micromegas_service;
+-- </privileges>

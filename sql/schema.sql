@@ -12,9 +12,11 @@
 -- in it, so DROP SCHEMA public CASCADE never reaches the catalog.
 COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definitions';
 
--- The two roles: micromegas_reader reads the catalog (the daemon, a
--- FlightSQL replica that only loads it), micromegas_admin (a member of the
--- reader) changes it. Roles belong to the cluster, not to a database, so
+-- <roles>
+-- The roles: micromegas_reader reads the catalog (the daemon, a FlightSQL
+-- replica that only loads it), micromegas_admin (a member of the reader)
+-- changes it, micromegas_service (a member of the reader: the daemon and the
+-- ingestion services) writes partitions. Roles belong to the cluster, not to a database, so
 -- they are created only when missing and DROP EXTENSION leaves them. A role
 -- that already exists and can log in or is a superuser is reported: every
 -- member of these roles gets their privileges.
@@ -23,7 +25,8 @@ DECLARE
   r record;
 BEGIN
   FOR r IN SELECT rolname, rolcanlogin, rolsuper FROM pg_catalog.pg_roles
-            WHERE rolname IN ('micromegas_admin', 'micromegas_reader') AND (rolcanlogin OR rolsuper) LOOP
+            WHERE rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
+              AND (rolcanlogin OR rolsuper) LOOP
     RAISE WARNING 'role "%" already exists and %', r.rolname,
       CASE WHEN r.rolsuper THEN 'is a superuser' ELSE 'can log in' END
       USING HINT = 'These roles are meant to be NOLOGIN groups: grant them to the services'' login roles.';
@@ -34,11 +37,18 @@ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_admin') THEN
     CREATE ROLE micromegas_admin NOLOGIN;
   END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_service') THEN
+    CREATE ROLE micromegas_service NOLOGIN;
+  END IF;
   IF NOT pg_catalog.pg_has_role('micromegas_admin', 'micromegas_reader', 'MEMBER') THEN
     GRANT micromegas_reader TO micromegas_admin;
   END IF;
+  IF NOT pg_catalog.pg_has_role('micromegas_service', 'micromegas_reader', 'MEMBER') THEN
+    GRANT micromegas_reader TO micromegas_service;
+  END IF;
 END
 $$;
+-- </roles>
 
 -- The catalog version: one row, bumped by every committed change. Its row
 -- lock is the catalog lock every write path takes before reading what it checks.

@@ -2,6 +2,8 @@
 -- small name space (s_1 … s_6) reading log_entries or a lower-numbered view,
 -- with a random group and column set, so that many steps are refused. Refusals
 -- are expected and counted; anything else aborts the run.
+CREATE SCHEMA IF NOT EXISTS btree_gist;
+CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;
 CREATE EXTENSION IF NOT EXISTS micromegas_views;
 DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 's\_%';
 

@@ -34,7 +34,12 @@ fn database(name: &str) -> String {
         .filter(|p| !p.starts_with("olddbname_ignored="))
         .collect::<Vec<_>>()
         .join(" ");
-    psql(&dsn, "CREATE EXTENSION micromegas_views");
+    // As the README installs it: btree_gist in a schema of its own.
+    psql(
+        &dsn,
+        "CREATE SCHEMA btree_gist; CREATE EXTENSION btree_gist SCHEMA btree_gist; \
+         CREATE EXTENSION micromegas_views",
+    );
     dsn
 }
 

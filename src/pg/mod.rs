@@ -5,5 +5,6 @@ mod access;
 mod api;
 mod errors;
 mod legacy;
+mod partitions;
 pub mod settings;
 mod thread;

@@ -5,8 +5,11 @@
 //! | `micromegas_views.validation_timeout` | any role, per session | 5s | 10ms – 60s |
 //! | `micromegas_views.max_plan_nodes` | superusers only | 10000 | 100 – 250000 |
 //! | `micromegas_views.query_deny_max_rules` | superusers only | 100 | 1 – 10000 |
+//! | `micromegas_views.file_retention` | superusers only | 1h | 0 – 30d |
 //!
-//! The first two bound work; neither switches a check off. The deny list's
+//! The first two bound work; neither switches a check off. The file
+//! retention protects readers of a retired partition's file, so an ordinary
+//! role may not shorten it. The deny list's
 //! cap is a limit an ordinary role must not lift, so it is superuser-only too. The time limit may be
 //! raised by any role because it is capped at a minute and
 //! `statement_timeout` and cancellation still apply; the plan-node limit
@@ -19,6 +22,7 @@ use std::time::Duration;
 static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
 static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
+static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -51,6 +55,21 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.file_retention",
+        c"How long the file of a retired partition is kept before the daemon may delete it.",
+        c"Readers that planned a query before the retirement may still read the file meanwhile.",
+        &FILE_RETENTION_S,
+        0,
+        30 * 86_400,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+}
+
+/// `micromegas_views.file_retention`, in seconds.
+pub fn file_retention_seconds() -> i32 {
+    FILE_RETENTION_S.get().max(0)
 }
 
 pub fn query_deny_max_rules() -> i32 {

@@ -1,5 +1,8 @@
 -- Install the extension and a helper that shows an error's SQLSTATE,
 -- message, DETAIL and HINT as a row, so each expected error is asserted.
+-- btree_gist (required) in a schema of its own, as the README says.
+CREATE SCHEMA btree_gist;
+CREATE EXTENSION btree_gist SCHEMA btree_gist;
 CREATE EXTENSION micromegas_views;
 
 CREATE FUNCTION mmv_try(statement text)

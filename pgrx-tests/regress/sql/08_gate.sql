@@ -66,6 +66,8 @@ DROP ROLE mmv_test_reader;
 CREATE DATABASE mmv_gate_roles;
 ALTER ROLE micromegas_reader LOGIN;
 \c mmv_gate_roles
+CREATE SCHEMA btree_gist;
+CREATE EXTENSION btree_gist SCHEMA btree_gist;
 CREATE EXTENSION micromegas_views;
 \c :regress_db
 ALTER ROLE micromegas_reader NOLOGIN;

@@ -52,10 +52,13 @@ DROP ROLE mmv_test_planter;
 DROP TABLE planted_calls;
 
 -- The extension is recorded in its own schema, so the database owner's
--- DROP SCHEMA public CASCADE leaves it (and every definition) alone.
+-- DROP SCHEMA public CASCADE leaves it (and every definition) alone, when
+-- btree_gist is installed as the README says (a schema of its own).
 \set regress_db :DBNAME
 CREATE DATABASE mmv_public_drop;
 \c mmv_public_drop
+CREATE SCHEMA btree_gist;
+CREATE EXTENSION btree_gist SCHEMA btree_gist;
 CREATE EXTENSION micromegas_views;
 SELECT extnamespace::regnamespace AS extension_schema FROM pg_extension WHERE extname = 'micromegas_views';
 DROP SCHEMA public CASCADE;
@@ -63,3 +66,11 @@ SELECT extname, extversion FROM pg_extension WHERE extname = 'micromegas_views';
 SELECT count(*) AS definitions_left FROM micromegas.lakehouse_view_set_definitions;
 \c :regress_db
 DROP DATABASE mmv_public_drop;
+-- btree_gist in public (CREATE EXTENSION ... CASCADE puts it there) is
+-- reported when the extension is created: that DROP would reach it.
+CREATE DATABASE mmv_public_gist;
+\c mmv_public_gist
+CREATE EXTENSION micromegas_views CASCADE;
+SELECT e.extname, e.extnamespace::regnamespace FROM pg_extension e ORDER BY 1;
+\c :regress_db
+DROP DATABASE mmv_public_gist;

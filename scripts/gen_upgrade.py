@@ -1,17 +1,21 @@
 #!/usr/bin/env python3
-"""Writes sql/micromegas_views--0.1.2--0.1.3.sql from the current sql/ files
-and the generated install script (for the Rust functions' declarations):
-every changed or new function exactly as a fresh install creates it, so
+"""Writes sql/micromegas_views--FROM--TO.sql from the template
+scripts/upgrade-FROM--TO.template.sql, the current sql/ files and the
+generated install script (for the Rust functions' declarations): every
+changed or new function exactly as a fresh install creates it, so
 scripts/upgrade_test.sh finds identical objects. Run after
-`cargo pgrx install` (or scripts/cluster.sh install) while 0.1.3 is the
-development version; a released upgrade script is never regenerated."""
+`cargo pgrx install` (or scripts/cluster.sh install) while TO is the
+development version; a released upgrade script is never regenerated.
+
+usage: gen_upgrade.py PG_CONFIG FROM TO"""
 import re, subprocess, sys, pathlib
 
 root = pathlib.Path(__file__).resolve().parent.parent
-sharedir = subprocess.check_output([sys.argv[1] if len(sys.argv) > 1 else 'pg_config', '--sharedir'], text=True).strip()
-generated = pathlib.Path(sharedir, 'extension', 'micromegas_views--0.1.3.sql').read_text()
-sources = {name: (root / 'sql' / name).read_text() for name in ['schema.sql', 'access.sql', 'api.sql'] if (root / 'sql' / name).exists()}
-body = pathlib.Path(root / 'scripts' / 'upgrade-0.1.2--0.1.3.template.sql').read_text()
+pg_config, old, new = sys.argv[1:4]
+sharedir = subprocess.check_output([pg_config, '--sharedir'], text=True).strip()
+generated = pathlib.Path(sharedir, 'extension', f'micromegas_views--{new}.sql').read_text()
+sources = {name: (root / 'sql' / name).read_text() for name in sorted(p.name for p in (root / 'sql').glob('*.sql') if not p.name.startswith('micromegas_views--')) if (root / 'sql' / name).exists()}
+body = pathlib.Path(root / 'scripts' / f'upgrade-{old}--{new}.template.sql').read_text()
 
 def block(start):
     for text in sources.values():
@@ -45,4 +49,4 @@ def expand(match):
     raise SystemExit(kind)
 
 out = re.sub(r'^--@(rust|new|replace|verbatim|file) (.+)$', expand, body, flags=re.M)
-(root / 'sql' / 'micromegas_views--0.1.2--0.1.3.sql').write_text(out)
+(root / 'sql' / f'micromegas_views--{old}--{new}.sql').write_text(out)

@@ -1,0 +1,878 @@
+-- micromegas_views 0.1.3 -> 0.1.4. What changes:
+-- * partition metadata (sql/partitions.sql, all new): lakehouse_partitions
+--   and temporary_files, listing, retiring, incompatible partitions, the
+--   write path and the atomic swap, the regeneration plan;
+-- * a DROP retires the view's global partitions: mm_drop_view reports how
+--   many and how many bytes (two more result columns); mm_create_view
+--   reports how many partitions do not match the new schema (one more);
+-- * the role micromegas_service (the services that write partitions);
+-- * the overlap guard needs btree_gist: CREATE EXTENSION btree_gist before
+--   ALTER EXTENSION micromegas_views UPDATE.
+
+-- The roles, as CREATE EXTENSION makes them.
+-- The roles: micromegas_reader reads the catalog (the daemon, a FlightSQL
+-- replica that only loads it), micromegas_admin (a member of the reader)
+-- changes it, micromegas_service (a member of the reader: the daemon and the
+-- ingestion services) writes partitions. Roles belong to the cluster, not to a database, so
+-- they are created only when missing and DROP EXTENSION leaves them. A role
+-- that already exists and can log in or is a superuser is reported: every
+-- member of these roles gets their privileges.
+DO $$
+DECLARE
+  r record;
+BEGIN
+  FOR r IN SELECT rolname, rolcanlogin, rolsuper FROM pg_catalog.pg_roles
+            WHERE rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
+              AND (rolcanlogin OR rolsuper) LOOP
+    RAISE WARNING 'role "%" already exists and %', r.rolname,
+      CASE WHEN r.rolsuper THEN 'is a superuser' ELSE 'can log in' END
+      USING HINT = 'These roles are meant to be NOLOGIN groups: grant them to the services'' login roles.';
+  END LOOP;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_reader') THEN
+    CREATE ROLE micromegas_reader NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_admin') THEN
+    CREATE ROLE micromegas_admin NOLOGIN;
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_service') THEN
+    CREATE ROLE micromegas_service NOLOGIN;
+  END IF;
+  IF NOT pg_catalog.pg_has_role('micromegas_admin', 'micromegas_reader', 'MEMBER') THEN
+    GRANT micromegas_reader TO micromegas_admin;
+  END IF;
+  IF NOT pg_catalog.pg_has_role('micromegas_service', 'micromegas_reader', 'MEMBER') THEN
+    GRANT micromegas_reader TO micromegas_service;
+  END IF;
+END
+$$;
+
+CREATE FUNCTION micromegas."_mm_file_retention_seconds"() RETURNS INT /* i32 */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'file_retention_seconds_wrapper';
+
+-- micromegas_views: the partition metadata (seed 002's lakehouse_partitions
+-- and temporary_files, same columns as micromegas' writers and readers use),
+-- and everything that reads, writes and retires it.
+--
+-- Rules, each in one place:
+-- * a partition row is well formed and never overlaps another partition of
+--   the same view instance and schema: table constraints (every writer);
+-- * a deleted partition's file is queued for deletion, expiring after
+--   micromegas_views.file_retention: the AFTER DELETE trigger below, so a
+--   retire function, a DROP and a direct DELETE all queue it;
+-- * a readable overlap error: _mm_raise_overlap, for both write functions.
+
+-- The overlap guard needs btree_gist (the control file requires it). In
+-- schema public, DROP SCHEMA public CASCADE would drop btree_gist and,
+-- through it, this extension with every definition and partition: said now.
+DO $$
+BEGIN
+  IF (SELECT e.extnamespace FROM pg_catalog.pg_extension e WHERE e.extname = 'btree_gist')
+     = 'public'::regnamespace THEN
+    RAISE WARNING 'btree_gist is installed in schema public: DROP SCHEMA public CASCADE would drop micromegas_views with it'
+      USING HINT = 'Move it to a schema of its own: CREATE SCHEMA btree_gist; ALTER EXTENSION btree_gist SET SCHEMA btree_gist;';
+  END IF;
+END
+$$;
+
+CREATE TABLE micromegas.lakehouse_partitions (
+  view_set_name varchar(255) NOT NULL,
+  view_instance_id varchar(255) NOT NULL,
+  begin_insert_time timestamptz NOT NULL,
+  end_insert_time timestamptz NOT NULL,
+  min_event_time timestamptz,
+  max_event_time timestamptz,
+  updated timestamptz NOT NULL DEFAULT now(),
+  file_path varchar(2047),
+  file_size bigint,
+  file_schema_hash bytea NOT NULL,
+  source_data_hash bytea,
+  num_rows bigint NOT NULL,
+  partition_format_version integer NOT NULL DEFAULT 1,
+  sort_order text[],
+  max_sort_key_time timestamptz,
+  CONSTRAINT lakehouse_partitions_insert_range CHECK (begin_insert_time <= end_insert_time),
+  CONSTRAINT lakehouse_partitions_sizes CHECK (file_size >= 0 AND num_rows >= 0),
+  -- Two partitions of one view instance and schema never share insert
+  -- time. Zero-width partitions (begin = end) are empty ranges: they
+  -- overlap nothing. Partitions of different schema hashes may coexist
+  -- (old and new schema during a migration).
+  CONSTRAINT lakehouse_partitions_no_overlap EXCLUDE USING gist (
+    view_set_name WITH =, view_instance_id WITH =, file_schema_hash WITH =,
+    tstzrange(begin_insert_time, end_insert_time) WITH &&)
+);
+CREATE INDEX lakehouse_partitions_begin_insert_time
+  ON micromegas.lakehouse_partitions (view_set_name, view_instance_id, begin_insert_time);
+CREATE INDEX lakehouse_partitions_end_insert_time
+  ON micromegas.lakehouse_partitions (view_set_name, view_instance_id, end_insert_time);
+CREATE INDEX lakehouse_partitions_min_event_time
+  ON micromegas.lakehouse_partitions (view_set_name, view_instance_id, min_event_time);
+CREATE INDEX lakehouse_partitions_max_event_time
+  ON micromegas.lakehouse_partitions (view_set_name, view_instance_id, max_event_time);
+CREATE INDEX lakehouse_partitions_file_path ON micromegas.lakehouse_partitions (file_path);
+COMMENT ON TABLE micromegas.lakehouse_partitions IS
+  'Materialized partitions of the view sets: one row per file (or empty partition)';
+
+-- Files of retired partitions, deleted by the daemon once expired.
+CREATE TABLE micromegas.temporary_files (
+  file_path varchar(2047) NOT NULL,
+  file_size bigint NOT NULL,
+  expiration timestamptz NOT NULL
+);
+CREATE INDEX temporary_files_expiration ON micromegas.temporary_files (expiration);
+COMMENT ON TABLE micromegas.temporary_files IS
+  'Files of retired partitions; the daemon deletes them after their expiration (mm_expired_files)';
+
+-- When a file retired now may be deleted.
+CREATE FUNCTION micromegas._mm_file_expiration() RETURNS timestamptz
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN now() + make_interval(secs => micromegas._mm_file_retention_seconds());
+END
+$$;
+
+-- Every deleted partition's file goes to temporary_files (empty partitions
+-- have none). One INSERT per statement, whatever deleted the rows.
+CREATE FUNCTION micromegas._mm_partitions_after_delete() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  INSERT INTO micromegas.temporary_files (file_path, file_size, expiration)
+  SELECT g.file_path, coalesce(g.file_size, 0), micromegas._mm_file_expiration()
+    FROM gone g
+   WHERE g.file_path IS NOT NULL;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER partitions_queue_files
+  AFTER DELETE ON micromegas.lakehouse_partitions
+  REFERENCING OLD TABLE AS gone
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_after_delete();
+CREATE TRIGGER partitions_no_truncate
+  BEFORE TRUNCATE ON micromegas.lakehouse_partitions
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- How messages name a time and a partition: RFC 3339 in UTC, whatever the
+-- session's TimeZone.
+CREATE FUNCTION micromegas._mm_time_text(t timestamptz) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(regexp_replace(to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '\.?0+$', '') || 'Z', 'NULL')
+$$;
+
+CREATE FUNCTION micromegas._mm_partition_label(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz,
+  end_insert_time timestamptz, file_schema_hash bytea) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT format('%s/%s [%s, %s) schema_hash=%s', $1, $2, micromegas._mm_time_text($3),
+                micromegas._mm_time_text($4), coalesce(encode($5, 'hex'), 'NULL'))
+$$;
+
+-- Arguments every partition function refuses: NULLs and a reversed range.
+CREATE FUNCTION micromegas._mm_check_range(what text, range_begin timestamptz, range_end timestamptz)
+RETURNS void
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF range_begin IS NULL OR range_end IS NULL THEN
+    RAISE EXCEPTION '%: the time range bounds must not be NULL', what
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  IF range_begin > range_end THEN
+    RAISE EXCEPTION '%: the range begins after it ends', what
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('begin %s, end %s', micromegas._mm_time_text(range_begin),
+                            micromegas._mm_time_text(range_end));
+  END IF;
+END
+$$;
+
+-- The readable form of an exclusion violation: the partition being written
+-- and the one it overlaps. Called from an exception handler; SQLSTATE 23P01
+-- is kept.
+CREATE FUNCTION micromegas._mm_raise_overlap(p micromegas.lakehouse_partitions) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  other micromegas.lakehouse_partitions;
+BEGIN
+  SELECT * INTO other FROM micromegas.lakehouse_partitions o
+   WHERE o.view_set_name = p.view_set_name AND o.view_instance_id = p.view_instance_id
+     AND o.file_schema_hash = p.file_schema_hash
+     AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(p.begin_insert_time, p.end_insert_time)
+   ORDER BY o.begin_insert_time LIMIT 1;
+  IF NOT FOUND THEN
+    -- The other writer's partition is gone again: nothing to name.
+    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
+        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                       p.end_insert_time, p.file_schema_hash)
+      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
+  END IF;
+  RAISE EXCEPTION 'partition % overlaps partition %',
+      micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                     p.end_insert_time, p.file_schema_hash),
+      micromegas._mm_partition_label(other.view_set_name, other.view_instance_id,
+                                     other.begin_insert_time, other.end_insert_time, other.file_schema_hash)
+    USING ERRCODE = 'exclusion_violation',
+          DETAIL = format('New file %s; existing file %s.', coalesce(p.file_path, 'NULL (empty partition)'),
+                          coalesce(other.file_path, 'NULL (empty partition)')),
+          HINT = 'Partitions of one view instance and schema may not share insert time. Retire the existing '
+                 'partition first (retire_partition_by_metadata), or swap the range in one transaction with '
+                 'mm_replace_partitions; if another writer committed it just now, check list_partitions() and retry.';
+END
+$$;
+
+-- Seed 002: every partition, optionally of one view set and instance.
+CREATE FUNCTION micromegas.list_partitions(view_set_name text DEFAULT NULL, view_instance_id text DEFAULT NULL)
+RETURNS SETOF micromegas.lakehouse_partitions
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  -- One statement per filter shape, so each uses its index.
+  IF $1 IS NULL AND $2 IS NULL THEN
+    RETURN QUERY SELECT * FROM micromegas.lakehouse_partitions p
+                  ORDER BY p.view_set_name, p.view_instance_id, p.begin_insert_time;
+  ELSIF $2 IS NULL THEN
+    RETURN QUERY SELECT * FROM micromegas.lakehouse_partitions p WHERE p.view_set_name = $1
+                  ORDER BY p.view_set_name, p.view_instance_id, p.begin_insert_time;
+  ELSIF $1 IS NULL THEN
+    RETURN QUERY SELECT * FROM micromegas.lakehouse_partitions p WHERE p.view_instance_id = $2
+                  ORDER BY p.view_set_name, p.view_instance_id, p.begin_insert_time;
+  ELSE
+    RETURN QUERY SELECT * FROM micromegas.lakehouse_partitions p
+                  WHERE p.view_set_name = $1 AND p.view_instance_id = $2
+                  ORDER BY p.view_set_name, p.view_instance_id, p.begin_insert_time;
+  END IF;
+END
+$$;
+
+-- Seed 002: retires every partition of one view instance lying within
+-- [begin, end] (both inclusive), whatever its schema. One row per action.
+CREATE FUNCTION micromegas.retire_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  target text := format('%s/%s', $1, $2);
+  n bigint := 0;
+  bytes bigint := 0;
+  r record;
+BEGIN
+  PERFORM micromegas._mm_check_range('retire_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'retire_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  FOR r IN
+    WITH gone AS (
+      DELETE FROM micromegas.lakehouse_partitions p
+       WHERE p.view_set_name = $1 AND p.view_instance_id = $2
+         AND p.begin_insert_time >= begin_time AND p.end_insert_time <= end_time
+      RETURNING p.*)
+    SELECT * FROM gone g ORDER BY g.begin_insert_time, g.end_insert_time, g.file_schema_hash
+  LOOP
+    n := n + 1;
+    bytes := bytes + coalesce(r.file_size, 0);
+    RETURN QUERY SELECT clock_timestamp(), format('retired partition %s; %s',
+      micromegas._mm_partition_label(r.view_set_name, r.view_instance_id, r.begin_insert_time,
+                                     r.end_insert_time, r.file_schema_hash),
+      CASE WHEN r.file_path IS NULL THEN 'empty, no file'
+           ELSE format('file %s (%s bytes) queued for deletion', r.file_path, coalesce(r.file_size, 0)) END);
+  END LOOP;
+  RETURN QUERY SELECT clock_timestamp(), format('retired %s partition(s) of %s within [%s, %s]; %s bytes queued for deletion',
+    n, target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time), bytes);
+END
+$$;
+
+-- Seed 002: retires exactly one partition, named by its natural key and
+-- schema hash (empty partitions too). Not found or ambiguous: an error, and
+-- nothing is retired.
+CREATE FUNCTION micromegas.retire_partition_by_metadata(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz,
+  end_insert_time timestamptz, file_schema_hash bytea)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  label text := micromegas._mm_partition_label($1, $2, $3, $4, $5);
+  n bigint;
+  paths text;
+BEGIN
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = $1 AND p.view_instance_id = $2 AND p.begin_insert_time = $3
+       AND p.end_insert_time = $4 AND p.file_schema_hash = $5
+    RETURNING p.file_path)
+  SELECT count(*), string_agg(coalesce(g.file_path, 'NULL'), ', ' ORDER BY g.file_path) INTO n, paths FROM gone g;
+  IF n = 0 THEN
+    RAISE EXCEPTION 'Partition not found: %', label
+      USING ERRCODE = 'no_data_found', HINT = 'list_partitions() shows the partitions and their schema hashes.';
+  ELSIF n > 1 THEN
+    RAISE EXCEPTION 'Ambiguous match: % rows for %, file_paths=[%]; use retire_partition_by_file when file_paths are distinct and non-NULL',
+        n, label, paths
+      USING ERRCODE = 'too_many_rows', DETAIL = 'Nothing was retired.';
+  END IF;
+  RETURN 'SUCCESS: Retired partition ' || label;
+END
+$$;
+
+-- Seed 002: retires the one partition with this file.
+CREATE FUNCTION micromegas.retire_partition_by_file(file_path text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+BEGIN
+  WITH gone AS (DELETE FROM micromegas.lakehouse_partitions p WHERE p.file_path = $1 RETURNING 1)
+  SELECT count(*) INTO n FROM gone;
+  IF n = 0 THEN
+    RAISE EXCEPTION 'Partition not found: %', coalesce($1, 'NULL')
+      USING ERRCODE = 'no_data_found',
+            HINT = CASE WHEN $1 IS NULL THEN 'An empty partition has no file: use retire_partition_by_metadata.'
+                        ELSE 'list_partitions() shows the partitions and their files.' END;
+  ELSIF n > 1 THEN
+    RAISE EXCEPTION 'Ambiguous match: % rows for file %', n, $1
+      USING ERRCODE = 'too_many_rows', DETAIL = 'Nothing was retired.',
+            HINT = 'Retire each with retire_partition_by_metadata.';
+  END IF;
+  RETURN 'SUCCESS: Retired partition ' || $1;
+END
+$$;
+
+-- The daemon's claim of expired files: deletes up to max_files expired rows
+-- and returns them. Rows another transaction holds are skipped, so two
+-- daemons never get the same file. Call it in a transaction and commit
+-- after deleting the files: a daemon that dies first gives them back.
+CREATE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
+RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF max_files IS NULL OR max_files < 1 THEN
+    RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  RETURN QUERY
+    DELETE FROM micromegas.temporary_files t
+     WHERE t.ctid = ANY (ARRAY(
+             SELECT x.ctid FROM micromegas.temporary_files x
+              WHERE x.expiration <= now()
+              ORDER BY x.expiration
+              LIMIT max_files
+                FOR UPDATE SKIP LOCKED))
+    RETURNING t.file_path::text, t.file_size, t.expiration;
+END
+$$;
+
+-- Every view set's current schema hash: the registered built-ins and the
+-- DDL definitions.
+CREATE VIEW micromegas.view_set_schema_hashes AS
+  SELECT b.view_set_name, b.schema_hash FROM micromegas.builtin_view_sets b
+  UNION ALL
+  SELECT d.view_set_name, d.schema_hash FROM micromegas.lakehouse_view_set_definitions d;
+
+-- Seed 002: every partition whose schema hash is not its view set's current
+-- one (partitions of a view set that no longer exists are not listed: see
+-- list_partitions). A row type, so the argument can keep seed 002's name.
+CREATE TYPE micromegas.incompatible_partition AS (
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz,
+  end_insert_time timestamptz, incompatible_schema_hash bytea, current_schema_hash bytea,
+  file_path text, file_size bigint);
+CREATE FUNCTION micromegas.list_incompatible_partitions(view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.incompatible_partition
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF $1 IS NULL THEN
+    RETURN QUERY
+      SELECT p.view_set_name::text, p.view_instance_id::text, p.begin_insert_time, p.end_insert_time,
+             p.file_schema_hash, v.schema_hash, p.file_path::text, p.file_size
+        FROM micromegas.lakehouse_partitions p
+        JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+       WHERE p.file_schema_hash <> v.schema_hash
+       ORDER BY 1, 2, 3, 4;
+  ELSE
+    RETURN QUERY
+      SELECT p.view_set_name::text, p.view_instance_id::text, p.begin_insert_time, p.end_insert_time,
+             p.file_schema_hash, v.schema_hash, p.file_path::text, p.file_size
+        FROM micromegas.lakehouse_partitions p
+        JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+       WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash
+       ORDER BY 1, 2, 3, 4;
+  END IF;
+END
+$$;
+
+-- How many partitions of a view set do not match its current schema.
+CREATE FUNCTION micromegas._mm_incompatible_count(name text) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT count(*) FROM micromegas.lakehouse_partitions p
+    JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+   WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash
+$$;
+
+-- Seed 002: retires every incompatible partition; one row per view set and
+-- instance. A partition another transaction holds is not waited for: it
+-- counts as failed, with a message, and the others are retired.
+CREATE TYPE micromegas.partition_retirement AS (
+  view_set_name text, view_instance_id text, partitions_retired bigint,
+  partitions_failed bigint, storage_freed_bytes bigint, retirement_messages text[]);
+CREATE FUNCTION micromegas.retire_incompatible_partitions(view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.partition_retirement
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN QUERY
+    WITH candidates AS (
+      SELECT p.ctid AS tid, p.view_set_name::text AS vs, p.view_instance_id::text AS inst,
+             micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                            p.end_insert_time, p.file_schema_hash) AS label,
+             p.begin_insert_time, p.file_schema_hash
+        FROM micromegas.lakehouse_partitions p
+        JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+       WHERE p.file_schema_hash <> v.schema_hash AND ($1 IS NULL OR p.view_set_name = $1)
+    ), locked AS (
+      SELECT p.ctid AS tid FROM micromegas.lakehouse_partitions p
+       WHERE p.ctid = ANY (ARRAY(SELECT c.tid FROM candidates c))
+         FOR UPDATE SKIP LOCKED
+    ), gone AS (
+      DELETE FROM micromegas.lakehouse_partitions p USING locked l
+       WHERE p.ctid = l.tid
+      RETURNING l.tid, coalesce(p.file_size, 0) AS file_size
+    )
+    SELECT c.vs, c.inst,
+           count(g.tid), count(*) - count(g.tid), coalesce(sum(g.file_size), 0)::bigint,
+           array_agg(CASE WHEN g.tid IS NOT NULL THEN 'SUCCESS: Retired partition ' || c.label
+                          ELSE 'ERROR: Partition ' || c.label || ' is being changed by another transaction; not retired' END
+                     ORDER BY c.begin_insert_time, c.file_schema_hash)
+      FROM candidates c LEFT JOIN gone g ON g.tid = c.tid
+     GROUP BY c.vs, c.inst
+     ORDER BY c.vs, c.inst;
+END
+$$;
+
+-- A service writes one partition. An overlap with a partition of the same
+-- instance and schema is refused (23P01) naming both.
+CREATE FUNCTION micromegas.mm_write_partition(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz, end_insert_time timestamptz,
+  min_event_time timestamptz, max_event_time timestamptz, file_path text, file_size bigint,
+  file_schema_hash bytea, source_data_hash bytea, num_rows bigint,
+  partition_format_version integer DEFAULT 1, sort_order text[] DEFAULT NULL,
+  max_sort_key_time timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  p micromegas.lakehouse_partitions;
+BEGIN
+  p := ROW($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM micromegas._mm_raise_overlap(p);
+  END;
+END
+$$;
+
+-- The atomic swap behind regeneration: retires every partition of the
+-- instance within [begin, end] and writes the new ones (each of this view
+-- set and instance, within the range), in one transaction.
+CREATE FUNCTION micromegas.mm_replace_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz,
+  partitions micromegas.lakehouse_partitions[])
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  q micromegas.lakehouse_partitions;
+  o micromegas.lakehouse_partitions;
+  n bigint;
+BEGIN
+  PERFORM micromegas._mm_check_range('mm_replace_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
+    IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash), $1, $2
+        USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (q.begin_insert_time >= begin_time AND q.end_insert_time <= end_time) THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not within [%, %]',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash),
+          micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'A swap writes only inside the range it retires.';
+    END IF;
+  END LOOP;
+  RETURN QUERY SELECT * FROM micromegas.retire_partitions($1, $2, begin_time, end_time);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions
+    SELECT x.view_set_name, x.view_instance_id, x.begin_insert_time, x.end_insert_time, x.min_event_time,
+           x.max_event_time, now(), x.file_path, x.file_size, x.file_schema_hash, x.source_data_hash,
+           x.num_rows, coalesce(x.partition_format_version, 1), x.sort_order, x.max_sort_key_time
+      FROM unnest(partitions) x;
+    GET DIAGNOSTICS n = ROW_COUNT;
+  EXCEPTION WHEN exclusion_violation THEN
+    -- Which new partition: one overlapping another new one, or one
+    -- overlapping a partition this swap did not retire.
+    FOR i IN 1 .. coalesce(array_length(partitions, 1), 0) LOOP
+      q := partitions[i];
+      FOR j IN i + 1 .. array_length(partitions, 1) LOOP
+        o := partitions[j];
+        IF o.file_schema_hash = q.file_schema_hash
+           AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time) THEN
+          RAISE EXCEPTION 'mm_replace_partitions: new partitions % and % overlap',
+              micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                             q.end_insert_time, q.file_schema_hash),
+              micromegas._mm_partition_label(o.view_set_name, o.view_instance_id, o.begin_insert_time,
+                                             o.end_insert_time, o.file_schema_hash)
+            USING ERRCODE = 'exclusion_violation', DETAIL = 'Nothing was retired or written.';
+        END IF;
+      END LOOP;
+    END LOOP;
+    FOREACH q IN ARRAY partitions LOOP
+      IF EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions e
+                  WHERE e.view_set_name = q.view_set_name AND e.view_instance_id = q.view_instance_id
+                    AND e.file_schema_hash = q.file_schema_hash
+                    AND tstzrange(e.begin_insert_time, e.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time)) THEN
+        PERFORM micromegas._mm_raise_overlap(q);
+      END IF;
+    END LOOP;
+    RAISE;
+  END;
+  RETURN QUERY SELECT clock_timestamp(), format('wrote %s partition(s) of %s/%s within [%s, %s]', n, $1, $2,
+    micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time));
+END
+$$;
+
+-- Upstream's regeneration rules: delta tiles [begin, end) exactly and every
+-- partition of the view set's global instance that overlaps the range lies
+-- within one bucket. Returns the buckets, or names the partition that does
+-- not fit.
+CREATE FUNCTION micromegas.mm_plan_regeneration(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, delta interval)
+RETURNS TABLE (bucket_begin timestamptz, bucket_end timestamptz)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  span numeric;
+  step numeric;
+  buckets numeric;
+  bad record;
+BEGIN
+  PERFORM micromegas._mm_check_range('mm_plan_regeneration', begin_time, end_time);
+  IF NOT EXISTS (SELECT 1 FROM micromegas.view_set_schema_hashes v WHERE v.view_set_name = $1) THEN
+    RAISE EXCEPTION 'view set "%" does not exist', $1
+      USING ERRCODE = 'undefined_object', HINT = 'list_view_sets() shows the view sets.';
+  END IF;
+  IF delta IS NULL OR extract(year FROM delta) <> 0 OR extract(month FROM delta) <> 0 OR delta <= interval '0' THEN
+    RAISE EXCEPTION 'mm_plan_regeneration: delta must be a positive fixed duration, not %', coalesce(delta::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value', HINT = 'Use seconds, minutes, hours or days (months vary in length).';
+  END IF;
+  span := trim_scale(extract(epoch FROM end_time) - extract(epoch FROM begin_time));
+  step := trim_scale(extract(epoch FROM delta));
+  IF span = 0 OR mod(span, step) <> 0 THEN
+    RAISE EXCEPTION 'mm_plan_regeneration: % does not tile [%, %) exactly', delta,
+        micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('The range is %s seconds long; %s seconds do not divide it into a whole, non-zero number of buckets.', span, step);
+  END IF;
+  buckets := span / step;
+  IF buckets > 100000 THEN
+    RAISE EXCEPTION 'mm_plan_regeneration: % buckets of % over [%, %) are too many', buckets, delta,
+        micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+      USING ERRCODE = 'program_limit_exceeded', HINT = 'At most 100000 buckets: split the range or use a larger delta.';
+  END IF;
+  SELECT p.*, begin_time + floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) * delta AS b
+    INTO bad
+    FROM micromegas.lakehouse_partitions p
+   WHERE p.view_set_name = $1 AND p.view_instance_id = 'global'
+     AND tstzrange(p.begin_insert_time, p.end_insert_time) && tstzrange(begin_time, end_time)
+     AND (p.begin_insert_time < begin_time OR p.end_insert_time > end_time
+          OR p.end_insert_time > begin_time + (floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) + 1) * delta)
+   ORDER BY p.begin_insert_time
+   LIMIT 1;
+  IF FOUND THEN
+    RAISE EXCEPTION 'mm_plan_regeneration: partition % does not fit the buckets of % over [%, %)',
+        micromegas._mm_partition_label(bad.view_set_name, bad.view_instance_id, bad.begin_insert_time,
+                                       bad.end_insert_time, bad.file_schema_hash),
+        delta, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = CASE WHEN bad.begin_insert_time < begin_time THEN 'It begins before the range.'
+                          WHEN bad.end_insert_time > end_time THEN 'It ends after the range.'
+                          ELSE format('It crosses the bucket boundary at %s.', micromegas._mm_time_text(bad.b + delta)) END,
+            HINT = 'Choose a range and delta whose boundaries match the existing partitions (list_partitions), '
+                   'or retire the partition first (retire_partition_by_metadata).';
+  END IF;
+  RETURN QUERY SELECT begin_time + k * delta, begin_time + (k + 1) * delta
+                 FROM generate_series(0, buckets::bigint - 1) k;
+END
+$$;
+
+-- DROP retires the view's global partitions (every schema) in the same
+-- transaction; a REPLACE retires nothing. mm_drop_view reports the counts.
+CREATE FUNCTION micromegas._mm_definitions_retire_dropped() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+  bytes bigint;
+BEGIN
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
+    RETURNING coalesce(p.file_size, 0) AS file_size)
+  SELECT count(*), coalesce(sum(g.file_size), 0) INTO n, bytes FROM gone g;
+  PERFORM pg_catalog.set_config('micromegas_views.retired', n || ' ' || bytes, true);
+  IF n > 0 THEN
+    RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',
+      n, OLD.view_set_name, bytes;
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_retire_dropped
+  AFTER DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_retire_dropped();
+
+-- A definition whose schema hash changed (or a name created again): how
+-- many of its partitions no longer match.
+CREATE FUNCTION micromegas._mm_definitions_report_incompatible() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint := micromegas._mm_incompatible_count(NEW.view_set_name);
+BEGIN
+  IF n > 0 THEN
+    RAISE NOTICE '% partition(s) of materialized view "%" do not match its schema', n, NEW.view_set_name
+      USING HINT = format('list_incompatible_partitions(%L) lists them; retire_incompatible_partitions(%L) retires them.',
+                          NEW.view_set_name, NEW.view_set_name);
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_report_incompatible_insert
+  AFTER INSERT ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();
+CREATE TRIGGER definitions_report_incompatible_update
+  AFTER UPDATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW WHEN (OLD.schema_hash IS DISTINCT FROM NEW.schema_hash)
+  EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();
+
+-- Result columns added: dropped and created again.
+DROP FUNCTION micromegas.mm_create_view(text);
+DROP FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean);
+DROP FUNCTION micromegas.mm_drop_view(text);
+DROP FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean);
+DROP FUNCTION micromegas._mm_drop(text, boolean);
+
+CREATE FUNCTION micromegas.mm_create_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  target text;
+  outcome text;
+BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
+  RETURNING d.view_set_name INTO target;
+  outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
+  target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target)
+                 FROM micromegas.catalog_state s;
+END
+$$;
+
+CREATE FUNCTION micromegas.mm_create_view(
+  name text,
+  extract_query text,
+  count_src_query text,
+  merge_partitions_query text,
+  update_group integer,
+  time_column text DEFAULT NULL,
+  min_time_column text DEFAULT NULL,
+  max_time_column text DEFAULT NULL,
+  source_partition_delta text DEFAULT NULL,
+  merge_partition_delta text DEFAULT NULL,
+  merge_sort_order text DEFAULT NULL,
+  or_replace boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
+    'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
+    'merge_sort_order', merge_sort_order));
+  outcome text := 'created';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object', HINT = 'Pass or_replace => true to replace it.';
+    END IF;
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NULL, extract_query = mm_create_view.extract_query,
+           count_src_query = mm_create_view.count_src_query,
+           merge_partitions_query = mm_create_view.merge_partitions_query,
+           update_group = mm_create_view.update_group, view_options = options
+     WHERE d.view_set_name = name;
+    outcome := 'replaced';
+  ELSE
+    INSERT INTO micromegas.lakehouse_view_set_definitions AS d
+           (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
+    VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
+  END IF;
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name);
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  retired text[];
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+  IF FOUND THEN
+    -- What the DELETE trigger retired (sql/partitions.sql): "count bytes".
+    retired := pg_catalog.string_to_array(pg_catalog.current_setting('micromegas_views.retired'), ' ');
+    RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version(),
+                        retired[1]::bigint, retired[2]::bigint;
+    RETURN;
+  END IF;
+  IF NOT if_exists THEN
+    IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = target) THEN
+      RAISE EXCEPTION '"%" is a built-in view set, not a materialized view', target
+        USING ERRCODE = 'wrong_object_type',
+              DETAIL = 'Built-in view sets are defined in the services'' code.';
+    END IF;
+    RAISE EXCEPTION 'materialized view "%" does not exist', target
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version(), 0::bigint, 0::bigint;
+END
+$$;
+
+CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_check_name(name::text, 'reference');
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
+END
+$$;
+
+CREATE FUNCTION micromegas.mm_drop_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  t record;
+BEGIN
+  SELECT * INTO t FROM micromegas._mm_statement_target(statement);
+  IF t.kind <> 'drop' THEN
+    RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'
+      USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_create_view() to create a view.';
+  END IF;
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
+END
+$$;
+
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
+
+-- What \df+ shows.
+COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
+  'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
+COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean) IS
+  'Create or replace a view set definition from named arguments; stores a canonical statement';
+COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
+  'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
+COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) IS
+  'Drop a view set definition by name';
+COMMENT ON FUNCTION micromegas.list_partitions(text, text) IS
+  'Every partition, optionally of one view set and instance';
+COMMENT ON FUNCTION micromegas.retire_partitions(text, text, timestamptz, timestamptz) IS
+  'Retire every partition of a view instance within [begin, end], whatever its schema';
+COMMENT ON FUNCTION micromegas.retire_partition_by_metadata(text, text, timestamptz, timestamptz, bytea) IS
+  'Retire exactly one partition, named by view set, instance, insert range and schema hash';
+COMMENT ON FUNCTION micromegas.retire_partition_by_file(text) IS
+  'Retire the one partition with this file';
+COMMENT ON FUNCTION micromegas.list_incompatible_partitions(text) IS
+  'Partitions whose schema hash is not their view set''s current one';
+COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
+  'Retire every incompatible partition; one row per view set and instance';
+COMMENT ON FUNCTION micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint, bytea, bytea, bigint, integer, text[], timestamptz) IS
+  'A service writes one partition (an overlap is refused, naming both partitions)';
+COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]) IS
+  'Retire a range of a view instance and write its new partitions, atomically';
+COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
+  'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
+COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
+  'The daemon claims expired files of retired partitions (commit after deleting them)';
+COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
+  'Dry run of mm_create_view: every check, nothing written';
+COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
+  'Every stored definition, including those that failed to load';
+COMMENT ON FUNCTION micromegas.list_view_sets() IS
+  'Every view set the services should load, with its current schema and hash';
+COMMENT ON FUNCTION micromegas.mm_view_set_snapshot() IS
+  'The catalog version and every loadable definition, in materialization order';
+COMMENT ON FUNCTION micromegas.list_view_dependencies() IS
+  'Which view sets each definition reads, with both update groups';
+COMMENT ON FUNCTION micromegas.mm_materialization_order() IS
+  'The order the maintenance daemon materializes in';
+COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
+  'Definitions reading a missing view set or out of update_group order (always empty)';
+COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
+  'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
+
+-- Privileges. PUBLIC may read the catalog version and the list of view
+-- sets; micromegas_reader reads the catalog; micromegas_admin (a member of
+-- the reader) changes it. The internal functions (_mm_*: version, lock,
+-- validation steps) are callable by neither role: the SECURITY DEFINER
+-- functions and triggers call them.
+GRANT USAGE ON SCHEMA micromegas TO PUBLIC;
+REVOKE ALL ON ALL TABLES IN SCHEMA micromegas FROM PUBLIC;
+REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas FROM PUBLIC;
+GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.lakehouse_view_set_definitions TO micromegas_admin;
+GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromegas_admin;
+GRANT SELECT, INSERT, DELETE ON micromegas.removed_shipped_rows TO micromegas_admin;
+GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_view_sets,
+                micromegas.catalog_state TO micromegas_reader;
+-- The deny list and the grants (sql/access.sql): admins write them; the
+-- services (readers) load the rules, match, record hits, and list the grants
+-- their caller may see.
+GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
+GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
+-- Partitions (sql/partitions.sql): readers list them; the services
+-- (micromegas_service) write them and claim expired files, directly or through
+-- mm_write_partition / mm_replace_partitions / mm_expired_files; admins retire
+-- them through the retire functions only.
+GRANT SELECT ON micromegas.lakehouse_partitions, micromegas.temporary_files,
+                micromegas.view_set_schema_hashes TO micromegas_reader;
+GRANT INSERT, UPDATE, DELETE ON micromegas.lakehouse_partitions TO micromegas_service;
+GRANT INSERT, DELETE ON micromegas.temporary_files TO micromegas_service;
+DO $$
+DECLARE
+  f regprocedure;
+BEGIN
+  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
+            WHERE p.pronamespace = 'micromegas'::regnamespace AND p.proname NOT LIKE '\_mm\_%' LOOP
+    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO micromegas_admin', f);
+  END LOOP;
+END
+$$;
+GRANT EXECUTE ON FUNCTION micromegas.mm_catalog_version() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION micromegas.list_view_sets() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.list_view_sets(),
+  micromegas.mm_view_set_snapshot(), micromegas.mm_materialization_order(),
+  micromegas.list_view_dependencies(), micromegas.mm_catalog_version(),
+  micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
+  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
+  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
+  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
+  TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.list_partitions(text, text), micromegas.list_incompatible_partitions(text),
+  micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION
+  micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint,
+                                bytea, bytea, bigint, integer, text[], timestamptz),
+  micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]),
+  micromegas.mm_expired_files(integer) TO micromegas_service;
