@@ -571,7 +571,7 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value',
             DETAIL = format('The range is %s seconds long; %s seconds do not divide it into a whole, non-zero number of buckets.', span, step);
   END IF;
-  buckets := span / step;
+  buckets := trim_scale(span / step);
   IF buckets > 100000 THEN
     RAISE EXCEPTION 'mm_plan_regeneration: % buckets of % over [%, %) are too many', buckets, delta,
         micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
