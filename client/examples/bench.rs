@@ -202,9 +202,13 @@ async fn main() {
     // Every figure is measured in this many repetitions of the whole run;
     // within each, the extension and its native baseline alternate.
     let repeats = env("MMV_BENCH_REPEATS", 3).max(3);
+    let partitions = env("MMV_BENCH_PARTITIONS", 1_000_000) as i64;
+    fill_partitions(&connect(&dsn).await, partitions).await;
     let mut runs: Vec<Vec<Row>> = Vec::new();
-    for _ in 0..repeats {
-        runs.push(one_run(&dsn, rounds).await);
+    for repeat in 0..repeats {
+        let mut rows = one_run(&dsn, rounds).await;
+        rows.extend(partition_rows(&dsn, rounds, repeat, partitions).await);
+        runs.push(rows);
     }
     println!(
         "| measurement | figure | native baseline | baseline | ratio (median of {repeats}) | ratio spread (min – max) |"
@@ -594,6 +598,174 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
             "DROP TABLE IF EXISTS bench_log_entries, bench_blocks;
              DELETE FROM micromegas.query_deny_list;
              DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'spoke\\_%' OR view_set_name IN ('hub', 'leaf');",
+        )
+        .await
+        .unwrap();
+    rows
+}
+
+/// The partition store at scale: `total` partitions over 1,000 view sets
+/// (pbench_0 … pbench_999, each an hour long, 1 in 100 of an old schema),
+/// and a copy of the table with no constraint and one btree index (the
+/// baselines' table), filled with the same rows.
+async fn fill_partitions(client: &Client, total: i64) {
+    let per_view = (total / 1000).max(1);
+    let start = Instant::now();
+    client
+        .batch_execute(&format!(
+            "SET session_replication_role = replica;
+             DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'pbench\\_%';
+             INSERT INTO micromegas.lakehouse_view_set_definitions
+             SELECT 'pbench_' || i, d.definition_sql, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options, d.schema_ipc, d.schema_json, d.schema_hash, d.reads,
+                    d.created_at, d.updated_at, d.updated_by, d.load_status, d.load_error
+               FROM micromegas.lakehouse_view_set_definitions d, generate_series(0, 999) i
+              WHERE d.view_set_name = 'log_stats';
+             SET session_replication_role = origin;
+             DELETE FROM micromegas.lakehouse_partitions WHERE view_set_name LIKE 'pbench\\_%';
+             INSERT INTO micromegas.lakehouse_partitions
+             SELECT 'pbench_' || v, 'global', '2020-01-01'::timestamptz + k * interval '1 hour',
+                    '2020-01-01'::timestamptz + (k + 1) * interval '1 hour', NULL, NULL, now(),
+                    format('s3://bench/pbench_%s/%s.parquet', v, k), 1000,
+                    CASE WHEN k % 100 = 0 THEN '\\x01'::bytea ELSE h.schema_hash END, NULL, 10, 1, NULL, NULL
+               FROM generate_series(0, 999) v, generate_series(0, {per_view} - 1) k,
+                    (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions
+                      WHERE view_set_name = 'log_stats') h;
+             DROP TABLE IF EXISTS bench_partitions_copy;
+             CREATE TABLE bench_partitions_copy (LIKE micromegas.lakehouse_partitions INCLUDING DEFAULTS);
+             INSERT INTO bench_partitions_copy SELECT * FROM micromegas.lakehouse_partitions;
+             CREATE INDEX ON bench_partitions_copy (view_set_name, view_instance_id, begin_insert_time);"
+        ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("VACUUM (ANALYZE) micromegas.lakehouse_partitions, bench_partitions_copy")
+        .await
+        .unwrap();
+    eprintln!(
+        "bench: {} partitions over 1000 view sets written in {:.0} s",
+        per_view * 1000,
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Writing and retiring single partitions against their bare-SQL
+/// equivalents on the constraint-free copy, and the incompatible-partition
+/// listing against the join it stands for, with `total` partitions stored.
+async fn partition_rows(dsn: &str, rounds: usize, repeat: usize, total: i64) -> Vec<Row> {
+    let client = connect(dsn).await;
+    let count = |n: i64| {
+        if n >= 1_000_000 && n % 1_000_000 == 0 {
+            format!("{}M", n / 1_000_000)
+        } else {
+            n.to_string()
+        }
+    };
+    let scale = count(total);
+    // New hours after the stored ones, distinct for every repetition.
+    let hours: Vec<i64> = (0..rounds as i64)
+        .map(|i| 1_000_000 + (repeat as i64) * 10_000 + i)
+        .collect();
+    let at = |h: i64| format!("'2020-01-01'::timestamptz + {h} * interval '1 hour'");
+    let writes: Vec<String> = hours
+        .iter()
+        .map(|&h| {
+            format!(
+                "SELECT micromegas.mm_write_partition('pbench_7', 'global', {b}, {e}, NULL, NULL,
+                   's3://bench/new/{h}.parquet', 1000, (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions
+                   WHERE view_set_name = 'log_stats'), NULL, 10)",
+                b = at(h),
+                e = at(h + 1)
+            )
+        })
+        .collect();
+    let inserts: Vec<String> = hours
+        .iter()
+        .map(|&h| {
+            format!(
+                "INSERT INTO bench_partitions_copy (view_set_name, view_instance_id, begin_insert_time, end_insert_time,
+                   updated, file_path, file_size, file_schema_hash, num_rows)
+                 VALUES ('pbench_7', 'global', {b}, {e}, now(), 's3://bench/new/{h}.parquet', 1000,
+                   (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'), 10)",
+                b = at(h),
+                e = at(h + 1)
+            )
+        })
+        .collect();
+    let retires: Vec<String> = hours
+        .iter()
+        .map(|&h| {
+            format!(
+                "SELECT micromegas.retire_partition_by_metadata('pbench_7', 'global', {b}, {e},
+                   (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'))",
+                b = at(h),
+                e = at(h + 1)
+            )
+        })
+        .collect();
+    let deletes: Vec<String> = hours
+        .iter()
+        .map(|&h| {
+            format!(
+                "DELETE FROM bench_partitions_copy WHERE view_set_name = 'pbench_7' AND view_instance_id = 'global'
+                   AND begin_insert_time = {b} AND end_insert_time = {e}
+                   AND file_schema_hash = (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions
+                                            WHERE view_set_name = 'log_stats')",
+                b = at(h),
+                e = at(h + 1)
+            )
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for (what, ours, native, native_what) in [
+        (
+            format!("mm_write_partition, {scale} partitions stored, p50"),
+            &writes,
+            &inserts,
+            "INSERT into a constraint-free copy (one btree index) p50",
+        ),
+        (
+            format!("retire_partition_by_metadata, {scale} partitions stored, p50"),
+            &retires,
+            &deletes,
+            "indexed DELETE from the copy p50",
+        ),
+    ] {
+        let mut a = time_each(&client, ours).await;
+        let mut b = time_each(&client, native).await;
+        rows.push(Row {
+            what,
+            figure: percentile(&mut a, 0.5),
+            baseline_what: native_what.into(),
+            baseline: percentile(&mut b, 0.5),
+            unit: "ms",
+        });
+    }
+    // Whole scans: a few rounds, alternating.
+    let listing = "SELECT count(*) FROM micromegas.list_incompatible_partitions()".to_string();
+    let by_hand = "SELECT count(*) FROM (
+        SELECT p.view_set_name::text, p.view_instance_id::text, p.begin_insert_time, p.end_insert_time,
+               p.file_schema_hash, v.schema_hash, p.file_path::text, p.file_size
+          FROM micromegas.lakehouse_partitions p
+          JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+         WHERE p.file_schema_hash <> v.schema_hash
+         ORDER BY 1, 2, 3, 4) x"
+        .to_string();
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        a.extend(time_each(&client, std::slice::from_ref(&listing)).await);
+        b.extend(time_each(&client, std::slice::from_ref(&by_hand)).await);
+    }
+    rows.push(Row {
+        what: format!("list_incompatible_partitions(), {scale} partitions stored, p50 of 5"),
+        figure: percentile(&mut a, 0.5),
+        baseline_what: "the same join written by hand p50".into(),
+        baseline: percentile(&mut b, 0.5),
+        unit: "ms",
+    });
+    client
+        .batch_execute(
+            "DELETE FROM micromegas.temporary_files WHERE file_path LIKE 's3://bench/new/%'",
         )
         .await
         .unwrap();
