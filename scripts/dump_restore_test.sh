@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # pg_dump / pg_restore round trip with the real tools: definitions (a replaced
 # log_stats, views reading views, a failed one), registered built-in schemas,
-# a deny rule and audience grants, and, in a second database, a dropped
-# log_stats. Each restore into a fresh
+# a deny rule and audience grants, partitions and queued files, jobs, the
+# definition history, and, in a second database, a dropped log_stats. Each restore into a fresh
 # database must reproduce every row exactly. Needs a running cluster.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -32,7 +32,18 @@ snapshot() {
     SELECT audience, axis, selector, created_by,
            -- the seeded rows are made by each CREATE EXTENSION
            CASE WHEN created_by <> 'micromegas_views' THEN created_at END
-      FROM micromegas.audience_grants ORDER BY 1, 2, 3"
+      FROM micromegas.audience_grants ORDER BY 1, 2, 3" -c "
+    SELECT * FROM micromegas.lakehouse_partitions ORDER BY view_set_name, view_instance_id, begin_insert_time" -c "
+    SELECT * FROM micromegas.temporary_files ORDER BY file_path" -c "
+    SELECT * FROM micromegas.jobs ORDER BY created_at"
+}
+# The history: a restore adds rows (restoring the definitions is writing
+# them), but keeps every dumped one.
+history() {
+  psql -X -A -t -v ON_ERROR_STOP=1 -d "$1" -c "
+    SELECT view_set_name, version, operation, md5(definition_sql), update_group, encode(schema_hash, 'hex'),
+           load_status, updated_by, changed_at
+      FROM micromegas.lakehouse_view_set_definition_history WHERE operation <> 'install' ORDER BY 1, 2, 3" | sort
 }
 
 for db in mmv_dump_a mmv_dump_b mmv_restore_a mmv_restore_b; do
@@ -71,6 +82,16 @@ SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromeg
 SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'group:sre');
 SELECT micromegas.mm_grant_audience('public', 'read', 'user:ann@example.com');
 RESET micromegas_views.actor;
+-- partitions (one empty, one retired: its file is queued) and jobs
+SELECT micromegas.mm_write_partition('z_daily', 'global', '2024-01-01', '2024-01-02', '2024-01-01', '2024-01-01 23:00',
+  's3://b/z/1.parquet', 1234, (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'z_daily'),
+  '\x0102', 42, 1, ARRAY['day'], '2024-01-01 23:00');
+SELECT micromegas.mm_write_partition('z_daily', 'global', '2024-01-02', '2024-01-03', NULL, NULL, NULL, 0, '\x01', NULL, 0);
+SELECT micromegas.mm_write_partition('z_daily', 'proc-1', '2024-01-02', '2024-01-03', NULL, NULL, 's3://b/z/2.parquet', 10, '\x01', NULL, 1);
+SELECT micromegas.retire_partition_by_file('s3://b/z/2.parquet');
+SELECT micromegas.mm_refresh_view('z_daily', '2024-01-01', '2024-01-08');
+SELECT micromegas.mm_refresh_view('a_weekly');
+SELECT micromegas.mm_finish_job(job_id, 'w1', false, 'extract', 'timed out', false) FROM micromegas.mm_claim_job('w1');
 -- then the service drops a column hosts reads: hosts is marked failed
 SELECT * FROM micromegas.mm_register_builtin_view_set('static_hosts',
   '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
@@ -87,6 +108,14 @@ for pair in "a" "b"; do
     echo "dump/restore $pair: $(grep -c . "$work/$pair.before") rows reproduced exactly"
   else
     echo "dump/restore $pair: rows differ"; status=1
+  fi
+  history "mmv_dump_$pair" >"$work/$pair.history.before"
+  history "mmv_restore_$pair" >"$work/$pair.history.after"
+  missing=$(comm -23 "$work/$pair.history.before" "$work/$pair.history.after")
+  if [ -z "$missing" ]; then
+    echo "dump/restore $pair: $(grep -c . "$work/$pair.history.before") history rows kept"
+  else
+    echo "dump/restore $pair: history rows lost:"; echo "$missing"; status=1
   fi
 done
 # Sanity: the restored databases hold what this test meant to dump.
@@ -106,6 +135,9 @@ check mmv_restore_b "SELECT count(*) FROM micromegas.lakehouse_view_set_definiti
 check mmv_restore_b "SELECT count(*) FROM micromegas.removed_shipped_rows" 1
 check mmv_restore_a "SELECT count(*) || ' ' || min(created_by) FROM micromegas.query_deny_list" "1 oncall@example.com"
 check mmv_restore_a "SELECT count(*) FROM micromegas.audience_grants" 4
+check mmv_restore_a "SELECT count(*) || ' ' || count(file_path) FROM micromegas.lakehouse_partitions" "2 1"
+check mmv_restore_a "SELECT string_agg(state, ',' ORDER BY created_at) FROM micromegas.jobs" "failed,queued"
+check mmv_restore_a "SELECT count(*) > 0 FROM micromegas.lakehouse_view_set_definition_history WHERE view_set_name = 'z_daily' AND operation = 'create'" t
 # The restored catalog version is above the dumped one: a service that saw
 # the dumped catalog sees the restored one as newer.
 for pair in a b; do

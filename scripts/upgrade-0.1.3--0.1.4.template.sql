@@ -6,6 +6,11 @@
 --   many and how many bytes (two more result columns); mm_create_view
 --   reports how many partitions do not match the new schema (one more);
 -- * the role micromegas_service (the services that write partitions);
+-- * definition history (sql/history.sql, all new): every version of every
+--   definition, describe / restore / prune; the redirect of a CREATE OR
+--   REPLACE into an UPDATE marks itself so the history says "replace";
+-- * jobs (sql/jobs.sql, all new): refresh and regeneration requests, the
+--   workers' claim / heartbeat / finish with leases, cancel;
 -- * the overlap guard needs btree_gist: CREATE EXTENSION btree_gist before
 --   ALTER EXTENSION micromegas_views UPDATE.
 
@@ -14,7 +19,27 @@
 
 --@rust _mm_file_retention_seconds
 
+--@rust _mm_job_lease_seconds
+
+--@rust _mm_job_max_attempts
+
 --@file partitions.sql
+
+--@file history.sql
+
+--@file jobs.sql
+
+-- The history begins with every definition as it is now.
+INSERT INTO micromegas.lakehouse_view_set_definition_history
+  (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
+   update_group, view_options, schema_ipc, schema_hash, load_status, load_error, updated_by, updated_by_role,
+   changed_at)
+SELECT d.view_set_name, s.version, CASE WHEN d.shipped THEN 'install' ELSE 'upgrade' END, d.definition_sql,
+       d.extract_query, d.count_src_query, d.merge_partitions_query, d.update_group, d.view_options, d.schema_ipc,
+       d.schema_hash, d.load_status, d.load_error, d.updated_by, d.updated_by_role, d.updated_at
+  FROM micromegas.lakehouse_view_set_definitions d, micromegas.catalog_state s;
+
+--@replace CREATE FUNCTION micromegas._mm_definitions_before_write()
 
 -- Result columns added: dropped and created again.
 DROP FUNCTION micromegas.mm_create_view(text);
@@ -35,6 +60,9 @@ DROP FUNCTION micromegas._mm_drop(text, boolean);
 
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definition_history',
+                                           $$WHERE operation <> 'install'$$);
+SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 
 --@verbatim api.sql:comments
 

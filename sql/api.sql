@@ -330,6 +330,12 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.audience_grants',
 -- Partitions and queued files are data (sql/partitions.sql).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
+-- Definition history (sql/history.sql), but for the rows CREATE EXTENSION
+-- writes (it writes them again).
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definition_history',
+                                           $$WHERE operation <> 'install'$$);
+-- Jobs (sql/jobs.sql): every request is kept.
+SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 
 -- <comments>
 -- What \df+ shows.
@@ -361,6 +367,30 @@ COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamp
   'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
   'The daemon claims expired files of retired partitions (commit after deleting them)';
+COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
+  'Every version of a view: operation, catalog version, who and when';
+COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
+  'A view as it is, or as it was at a version, with its schema';
+COMMENT ON FUNCTION micromegas.mm_restore_view(text, bigint) IS
+  'Put a view back as it was at a version (validated like CREATE OR REPLACE)';
+COMMENT ON FUNCTION micromegas.mm_prune_view_history(interval) IS
+  'Forget versions older than the interval (each view keeps its latest)';
+COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, jsonb) IS
+  'Request a refresh of a view set over a range (NULL bounds: everything); returns the job id';
+COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
+COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
+  'A worker claims the oldest queued job, with a lease';
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, text) IS
+  'A worker extends its lease; says whether the job should stop';
+COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) IS
+  'A worker reports a job''s result';
+COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
+  'Cancel a queued job, or ask a running one to stop';
+COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
+  'One job';
+COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
+  'Jobs by state and view set, newest first';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written';
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
@@ -406,6 +436,12 @@ GRANT SELECT ON micromegas.lakehouse_partitions, micromegas.temporary_files,
                 micromegas.view_set_schema_hashes TO micromegas_reader;
 GRANT INSERT, UPDATE, DELETE ON micromegas.lakehouse_partitions TO micromegas_service;
 GRANT INSERT, DELETE ON micromegas.temporary_files TO micromegas_service;
+-- Definition history: readers read it; only the trigger and the admin
+-- functions write it.
+GRANT SELECT ON micromegas.lakehouse_view_set_definition_history TO micromegas_reader;
+-- Jobs: readers see them; admins request and cancel (functions); the
+-- services' workers claim, heartbeat and finish (functions).
+GRANT SELECT ON micromegas.jobs TO micromegas_reader;
 DO $$
 DECLARE
   f regprocedure;
@@ -427,6 +463,8 @@ GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_h
   micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
   micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
   TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.mm_view_history(text), micromegas.mm_describe_view(text, bigint)
+  TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION micromegas.list_partitions(text, text), micromegas.list_incompatible_partitions(text),
   micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION
@@ -434,4 +472,7 @@ GRANT EXECUTE ON FUNCTION
                                 bytea, bytea, bigint, integer, text[], timestamptz),
   micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]),
   micromegas.mm_expired_files(integer) TO micromegas_service;
+GRANT EXECUTE ON FUNCTION micromegas.mm_job(uuid), micromegas.list_jobs(text, text) TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.mm_claim_job(text, text[]), micromegas.mm_heartbeat_job(uuid, text),
+  micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) TO micromegas_service;
 -- </privileges>

@@ -6,6 +6,11 @@
 --   many and how many bytes (two more result columns); mm_create_view
 --   reports how many partitions do not match the new schema (one more);
 -- * the role micromegas_service (the services that write partitions);
+-- * definition history (sql/history.sql, all new): every version of every
+--   definition, describe / restore / prune; the redirect of a CREATE OR
+--   REPLACE into an UPDATE marks itself so the history says "replace";
+-- * jobs (sql/jobs.sql, all new): refresh and regeneration requests, the
+--   workers' claim / heartbeat / finish with leases, cancel;
 -- * the overlap guard needs btree_gist: CREATE EXTENSION btree_gist before
 --   ALTER EXTENSION micromegas_views UPDATE.
 
@@ -50,6 +55,16 @@ CREATE FUNCTION micromegas."_mm_file_retention_seconds"() RETURNS INT /* i32 */
 STRICT STABLE PARALLEL SAFE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'file_retention_seconds_wrapper';
+
+CREATE FUNCTION micromegas."_mm_job_lease_seconds"() RETURNS INT /* i32 */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'job_lease_seconds_wrapper';
+
+CREATE FUNCTION micromegas."_mm_job_max_attempts"() RETURNS INT /* i32 */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'job_max_attempts_wrapper';
 
 -- micromegas_views: the partition metadata (seed 002's lakehouse_partitions
 -- and temporary_files, same columns as micromegas' writers and readers use),
@@ -651,6 +666,654 @@ CREATE TRIGGER definitions_report_incompatible_update
   FOR EACH ROW WHEN (OLD.schema_hash IS DISTINCT FROM NEW.schema_hash)
   EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();
 
+-- micromegas_views: every version of every definition. One row per
+-- committed row change of the definitions table (whatever wrote it), the
+-- definition as it was after the change (before it, for a drop), so an
+-- operator can see what a view was, who changed it, and put it back.
+
+-- No surrogate key: a pg_restore loads the dumped rows and, restoring the
+-- definitions, adds one row per definition; nothing there may collide.
+CREATE TABLE micromegas.lakehouse_view_set_definition_history (
+  view_set_name text NOT NULL,
+  -- The catalog version of the change (what mm_create_view returned).
+  version bigint NOT NULL,
+  -- 'upgrade': the definition as ALTER EXTENSION UPDATE found it, when
+  -- the history began (0.1.4).
+  operation text NOT NULL CHECK (operation IN ('install', 'upgrade', 'create', 'replace', 'recheck', 'drop', 'restore')),
+  definition_sql text NOT NULL,
+  extract_query text NOT NULL,
+  count_src_query text NOT NULL,
+  merge_partitions_query text NOT NULL,
+  update_group integer NOT NULL,
+  view_options jsonb NOT NULL,
+  schema_ipc text NOT NULL,
+  schema_hash bytea NOT NULL,
+  load_status text NOT NULL,
+  load_error text,
+  updated_by text,
+  updated_by_role text,
+  changed_at timestamptz NOT NULL
+);
+CREATE INDEX lakehouse_view_set_definition_history_name
+  ON micromegas.lakehouse_view_set_definition_history (view_set_name, version);
+CREATE INDEX lakehouse_view_set_definition_history_changed
+  ON micromegas.lakehouse_view_set_definition_history (changed_at);
+COMMENT ON TABLE micromegas.lakehouse_view_set_definition_history IS
+  'Every committed version of every materialized view definition (written by a trigger)';
+
+-- AFTER each row change. Named to fire first among the table's AFTER
+-- triggers (Postgres fires them by name), before a re-check of dependents
+-- moves the catalog version on.
+CREATE FUNCTION micromegas._mm_definitions_history() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r micromegas.lakehouse_view_set_definitions;
+  op text;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    r := OLD;
+    op := 'drop';
+  ELSE
+    r := NEW;
+    op := CASE
+      WHEN micromegas._mm_installing() THEN 'install'
+      WHEN pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name THEN 'restore'
+      WHEN pg_catalog.current_setting('micromegas_views.replacing', true) = NEW.view_set_name THEN 'replace'
+      WHEN pg_catalog.pg_trigger_depth() > 1 THEN 'recheck'
+      WHEN TG_OP = 'INSERT' THEN 'create'
+      ELSE 'replace' END;
+  END IF;
+  INSERT INTO micromegas.lakehouse_view_set_definition_history
+    (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
+     update_group, view_options, schema_ipc, schema_hash, load_status, load_error, updated_by, updated_by_role,
+     changed_at)
+  SELECT r.view_set_name, s.version, op, r.definition_sql, r.extract_query, r.count_src_query,
+         r.merge_partitions_query, r.update_group, r.view_options, r.schema_ipc, r.schema_hash, r.load_status,
+         r.load_error,
+         CASE WHEN op = 'drop' THEN micromegas._mm_actor() ELSE r.updated_by END,
+         CASE WHEN op = 'drop' THEN session_user::text ELSE r.updated_by_role END,
+         CASE WHEN op = 'drop' THEN clock_timestamp() ELSE r.updated_at END
+    FROM micromegas.catalog_state s;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_0_history
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_history();
+CREATE TRIGGER definition_history_no_truncate
+  BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definition_history
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- Every version of one view, oldest first.
+CREATE FUNCTION micromegas.mm_view_history(name text)
+RETURNS TABLE (version bigint, operation text, changed_at timestamptz, updated_by text, updated_by_role text,
+               update_group integer, schema_hash bytea, load_status text, definition_sql text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT h.version, h.operation, h.changed_at, h.updated_by, h.updated_by_role, h.update_group, h.schema_hash,
+         h.load_status, h.definition_sql
+    FROM micromegas.lakehouse_view_set_definition_history h
+   WHERE h.view_set_name = $1
+   ORDER BY h.version, h.changed_at
+$$;
+
+-- A view as it is (version NULL) or as it was at a version of its history.
+-- Row types, so that the arguments keep their names (name, version).
+CREATE TYPE micromegas.view_version AS (
+  view_set_name text, version bigint, operation text, current boolean, definition_sql text,
+  update_group integer, schema text, schema_hash bytea, load_status text, load_error text,
+  updated_by text, changed_at timestamptz);
+CREATE TYPE micromegas.view_change AS (
+  view_set_name text, status text, version bigint, incompatible_partitions bigint);
+CREATE FUNCTION micromegas.mm_describe_view(name text, version bigint DEFAULT NULL)
+RETURNS SETOF micromegas.view_version
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  h micromegas.lakehouse_view_set_definition_history;
+  latest bigint;
+BEGIN
+  SELECT max(x.version) INTO latest FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = $1;
+  IF $2 IS NULL THEN
+    IF NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1) THEN
+      IF latest IS NULL THEN
+        RAISE EXCEPTION 'materialized view "%" does not exist', $1 USING ERRCODE = 'undefined_object';
+      END IF;
+      RAISE EXCEPTION 'materialized view "%" does not exist', $1
+        USING ERRCODE = 'undefined_object',
+              HINT = format('It was dropped; mm_view_history(%L) lists its versions.', $1);
+    END IF;
+    RETURN QUERY
+      SELECT d.view_set_name, latest, 'current'::text, true, d.definition_sql, d.update_group,
+             micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.load_status, d.load_error,
+             d.updated_by, d.updated_at
+        FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1;
+    RETURN;
+  END IF;
+  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = $1 AND x.version = $2 ORDER BY x.changed_at DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'materialized view "%" has no version %', $1, $2
+      USING ERRCODE = 'no_data_found',
+            HINT = format('mm_view_history(%L) lists its versions.', $1);
+  END IF;
+  RETURN QUERY SELECT h.view_set_name, h.version, h.operation,
+                      h.version = latest AND h.operation <> 'drop'
+                        AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1),
+                      h.definition_sql, h.update_group, micromegas._mm_format_schema(h.schema_ipc), h.schema_hash,
+                      h.load_status, h.load_error, h.updated_by, h.changed_at;
+END
+$$;
+
+-- Puts a view back as it was at a version: written like a CREATE OR
+-- REPLACE (or a CREATE, when the view was dropped), so validated, its
+-- dependents re-checked, announced, and recorded as a 'restore'.
+CREATE FUNCTION micromegas.mm_restore_view(name text, version bigint)
+RETURNS SETOF micromegas.view_change
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  h micromegas.lakehouse_view_set_definition_history;
+  outcome text := 'restored';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = mm_restore_view.name AND x.version = mm_restore_view.version
+   ORDER BY x.changed_at DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'materialized view "%" has no version %', mm_restore_view.name, mm_restore_view.version
+      USING ERRCODE = 'no_data_found',
+            HINT = format('mm_view_history(%L) lists its versions.', mm_restore_view.name);
+  END IF;
+  PERFORM pg_catalog.set_config('micromegas_views.restoring', h.view_set_name, true);
+  UPDATE micromegas.lakehouse_view_set_definitions d
+     SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
+         merge_partitions_query = h.merge_partitions_query, update_group = h.update_group,
+         view_options = h.view_options
+   WHERE d.view_set_name = h.view_set_name;
+  IF NOT FOUND THEN
+    INSERT INTO micromegas.lakehouse_view_set_definitions
+           (view_set_name, definition_sql, extract_query, count_src_query, merge_partitions_query, update_group,
+            view_options)
+    VALUES (h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query, h.merge_partitions_query,
+            h.update_group, h.view_options);
+    outcome := 'recreated';
+  END IF;
+  PERFORM pg_catalog.set_config('micromegas_views.restoring', '', true);
+  RETURN QUERY SELECT h.view_set_name, outcome, micromegas.mm_catalog_version(),
+                      micromegas._mm_incompatible_count(h.view_set_name);
+END
+$$;
+
+-- Forgets versions older than the interval, except each view's latest.
+CREATE FUNCTION micromegas.mm_prune_view_history(older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+BEGIN
+  IF older_than IS NULL OR older_than < interval '0' THEN
+    RAISE EXCEPTION 'mm_prune_view_history: older_than must be a non-negative interval, not %',
+        coalesce(older_than::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  DELETE FROM micromegas.lakehouse_view_set_definition_history h
+   WHERE h.changed_at < now() - older_than
+     AND h.version < (SELECT max(l.version) FROM micromegas.lakehouse_view_set_definition_history l
+                       WHERE l.view_set_name = h.view_set_name);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;
+
+-- micromegas_views: refresh jobs. Admins request work on a view set (a
+-- refresh, a regeneration bucket); the maintenance daemon's workers claim
+-- it with a lease (FOR UPDATE SKIP LOCKED: no job runs twice at once),
+-- heartbeat, and finish it. Every state change is announced on
+-- micromegas_jobs.
+
+CREATE TABLE micromegas.jobs (
+  job_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  kind text NOT NULL CHECK (kind IN ('refresh', 'regenerate', 'materialize')),
+  view_set_name text NOT NULL,
+  -- The insert-time range; a NULL bound is unbounded (everything).
+  begin_time timestamptz,
+  end_time timestamptz,
+  params jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(params) = 'object'),
+  state text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled')),
+  cancel_requested boolean NOT NULL DEFAULT false,
+  created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  created_by text NOT NULL,
+  created_by_role text NOT NULL DEFAULT session_user,
+  started_at timestamptz,
+  finished_at timestamptz,
+  -- The worker that holds the job (running), or held it last.
+  worker text,
+  lease_expires_at timestamptz,
+  attempts integer NOT NULL DEFAULT 0,
+  failure_phase text,
+  failure_message text,
+  failure_retryable boolean,
+  CONSTRAINT jobs_range CHECK (begin_time IS NULL OR end_time IS NULL OR begin_time <= end_time),
+  CONSTRAINT jobs_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL) AND (state <> 'running' OR worker IS NOT NULL))
+);
+CREATE INDEX jobs_queued ON micromegas.jobs (created_at) WHERE state = 'queued';
+CREATE INDEX jobs_running ON micromegas.jobs (lease_expires_at) WHERE state = 'running';
+CREATE INDEX jobs_view ON micromegas.jobs (view_set_name, state);
+COMMENT ON TABLE micromegas.jobs IS
+  'Work requested on view sets (refresh, regeneration), claimed by the daemon''s workers with a lease';
+
+-- Every state change (and a cancellation request) is announced, once, at commit.
+CREATE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested THEN
+    PERFORM pg_notify('micromegas_jobs', json_build_object(
+      'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
+      'cancel_requested', NEW.cancel_requested)::text);
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_notify
+  AFTER INSERT OR UPDATE ON micromegas.jobs
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_jobs_notify();
+CREATE TRIGGER jobs_no_truncate
+  BEFORE TRUNCATE ON micromegas.jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- A request: the view set must exist and load. A queued job of the same
+-- kind whose range covers the requested one is returned instead of a new one.
+CREATE FUNCTION micromegas._mm_request_job(
+  kind text, name text, begin_time timestamptz, end_time timestamptz, params jsonb,
+  OUT job_id uuid, OUT existing boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  problem text;
+BEGIN
+  IF name IS NULL THEN
+    RAISE EXCEPTION 'a job needs a view set name' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  IF begin_time > end_time THEN
+    RAISE EXCEPTION 'the range of a % job on "%" begins after it ends', kind, name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
+    SELECT coalesce(d.load_error, '') INTO problem FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = name AND d.load_status <> 'ok';
+    IF FOUND THEN
+      RAISE EXCEPTION 'materialized view "%" does not load', name
+        USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = problem,
+              HINT = 'Replace it (or what it reads) so that it validates, then request the job again.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+      RAISE EXCEPTION 'view set "%" does not exist', name
+        USING ERRCODE = 'undefined_object', HINT = 'list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
+  -- One requester at a time per view set, so two equal requests get one job.
+  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('micromegas_views.jobs:' || name, 0));
+  SELECT j.job_id INTO job_id FROM micromegas.jobs j
+   WHERE j.kind = _mm_request_job.kind AND j.view_set_name = name AND j.state = 'queued' AND NOT j.cancel_requested
+     AND (j.begin_time IS NULL OR (_mm_request_job.begin_time IS NOT NULL AND j.begin_time <= _mm_request_job.begin_time))
+     AND (j.end_time IS NULL OR (_mm_request_job.end_time IS NOT NULL AND j.end_time >= _mm_request_job.end_time))
+   ORDER BY j.created_at LIMIT 1;
+  IF FOUND THEN
+    existing := true;
+    RETURN;
+  END IF;
+  INSERT INTO micromegas.jobs (kind, view_set_name, begin_time, end_time, params, created_by)
+  VALUES (_mm_request_job.kind, name, _mm_request_job.begin_time, _mm_request_job.end_time,
+          coalesce(_mm_request_job.params, '{}'), micromegas._mm_actor())
+  RETURNING jobs.job_id INTO job_id;
+  existing := false;
+END
+$$;
+
+-- A refresh of a view set over a range (NULL bounds: everything).
+CREATE FUNCTION micromegas.mm_refresh_view(
+  name text, begin_time timestamptz DEFAULT NULL, end_time timestamptz DEFAULT NULL, params jsonb DEFAULT '{}')
+RETURNS uuid
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
+$$;
+
+-- Seed 002: regenerate [begin, end) in buckets of partition_delta_seconds —
+-- checked by mm_plan_regeneration's rules, one queued job per bucket.
+CREATE FUNCTION micromegas.regenerate_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  bucket record;
+  r record;
+BEGIN
+  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
+    RAISE EXCEPTION 'regenerate_partitions: partition_delta_seconds must be a positive number of seconds, not %',
+        coalesce(partition_delta_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($1, $2, $3, make_interval(secs => partition_delta_seconds)) LOOP
+    SELECT * INTO r FROM micromegas._mm_request_job('regenerate', $1, bucket.bucket_begin, bucket.bucket_end,
+                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
+    RETURN QUERY SELECT clock_timestamp(), format('%s regeneration of %s [%s, %s): job %s',
+      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END, $1,
+      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
+  END LOOP;
+END
+$$;
+
+-- Leases that ran out: back to the queue, or failed after
+-- micromegas_views.job_max_attempts claims; a job whose cancellation was
+-- requested is cancelled.
+CREATE FUNCTION micromegas._mm_expire_leases() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  max_attempts integer := micromegas._mm_job_max_attempts();
+  n integer;
+BEGIN
+  UPDATE micromegas.jobs j
+     SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                      WHEN j.attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
+         finished_at = CASE WHEN j.cancel_requested OR j.attempts >= max_attempts THEN clock_timestamp() END,
+         failure_phase = 'lease',
+         failure_message = format('the lease of worker %s expired at %s (claim %s of %s)', j.worker,
+                                  micromegas._mm_time_text(j.lease_expires_at), j.attempts, max_attempts),
+         failure_retryable = NOT j.cancel_requested AND j.attempts < max_attempts,
+         lease_expires_at = NULL
+   WHERE j.job_id = ANY (ARRAY(
+           SELECT x.job_id FROM micromegas.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at < clock_timestamp()
+              FOR UPDATE SKIP LOCKED));
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;
+
+-- A worker claims the oldest queued job (of the given kinds), with a lease
+-- of micromegas_views.job_lease. No row: nothing to do.
+CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.jobs
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF coalesce(btrim(worker), '') = '' THEN
+    RAISE EXCEPTION 'mm_claim_job: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  PERFORM micromegas._mm_expire_leases();
+  RETURN QUERY
+    UPDATE micromegas.jobs j
+       SET state = 'running', worker = mm_claim_job.worker, started_at = clock_timestamp(),
+           lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           attempts = j.attempts + 1
+     WHERE j.job_id = (SELECT x.job_id FROM micromegas.jobs x
+                        WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+                        ORDER BY x.created_at LIMIT 1
+                          FOR UPDATE SKIP LOCKED)
+    RETURNING j.*;
+END
+$$;
+
+-- The row of a job this worker holds, locked; otherwise 55000 saying why.
+CREATE FUNCTION micromegas._mm_held_job(id uuid, worker text) RETURNS micromegas.jobs
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs;
+BEGIN
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state <> 'running' OR j.worker IS DISTINCT FROM _mm_held_job.worker THEN
+    RAISE EXCEPTION 'job % is not held by worker %', id, worker
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            DETAIL = format('The job is %s%s.', j.state,
+                            CASE WHEN j.worker IS NOT NULL THEN format(', held by %s', j.worker) ELSE '' END),
+            HINT = 'Its lease may have expired: the job went back to the queue. Stop working on it.';
+  END IF;
+  RETURN j;
+END
+$$;
+
+-- The worker is alive: extends the lease. Returns 'running', or
+-- 'cancel_requested' when the worker should stop (and finish the job).
+CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, worker text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+BEGIN
+  UPDATE micromegas.jobs x
+     SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
+   WHERE x.job_id = $1;
+  RETURN CASE WHEN j.cancel_requested THEN 'cancel_requested' ELSE 'running' END;
+END
+$$;
+
+-- The worker's result. Returns the job's new state: done; failed (or queued
+-- again when retryable and claims remain); cancelled when that was requested.
+CREATE FUNCTION micromegas.mm_finish_job(
+  job_id uuid, worker text, ok boolean, phase text DEFAULT NULL, message text DEFAULT NULL,
+  retryable boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+  next_state text;
+BEGIN
+  IF ok IS NULL THEN
+    RAISE EXCEPTION 'mm_finish_job: ok must be true or false' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  next_state := CASE WHEN j.cancel_requested THEN 'cancelled'
+                     WHEN ok THEN 'done'
+                     WHEN retryable AND j.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
+                     ELSE 'failed' END;
+  UPDATE micromegas.jobs x
+     SET state = next_state, lease_expires_at = NULL,
+         finished_at = CASE WHEN next_state = 'queued' THEN NULL ELSE clock_timestamp() END,
+         failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
+         failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
+         failure_retryable = CASE WHEN ok THEN NULL ELSE coalesce($6, false) END
+   WHERE x.job_id = $1;
+  RETURN next_state;
+END
+$$;
+
+-- Cancels a job: a queued one at once; a running one is marked, and its
+-- worker sees it on its next heartbeat.
+CREATE FUNCTION micromegas.mm_cancel_job(job_id uuid) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs;
+BEGIN
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state = 'queued' THEN
+    UPDATE micromegas.jobs x SET state = 'cancelled', finished_at = clock_timestamp(), cancel_requested = true
+     WHERE x.job_id = $1;
+    RETURN 'cancelled';
+  ELSIF j.state = 'running' THEN
+    UPDATE micromegas.jobs x SET cancel_requested = true WHERE x.job_id = $1;
+    RETURN 'cancel_requested';
+  END IF;
+  RAISE EXCEPTION 'job % is already %', $1, j.state
+    USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+
+-- One job, or jobs by state and view set, newest first.
+CREATE FUNCTION micromegas.mm_job(job_id uuid) RETURNS SETOF micromegas.jobs
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM micromegas.jobs x WHERE x.job_id = $1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+END
+$$;
+
+CREATE FUNCTION micromegas.list_jobs(state text DEFAULT NULL, view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.jobs
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM micromegas.jobs x
+   WHERE ($1 IS NULL OR x.state = $1) AND ($2 IS NULL OR x.view_set_name = $2)
+   ORDER BY x.created_at DESC
+$$;
+
+-- Dropping a view cancels its queued jobs and asks its running ones to stop.
+CREATE FUNCTION micromegas._mm_definitions_cancel_jobs() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE micromegas.jobs j
+     SET state = CASE WHEN j.state = 'queued' THEN 'cancelled' ELSE j.state END,
+         finished_at = CASE WHEN j.state = 'queued' THEN clock_timestamp() ELSE j.finished_at END,
+         cancel_requested = true,
+         failure_phase = CASE WHEN j.state = 'queued' THEN 'drop' ELSE j.failure_phase END,
+         failure_message = CASE WHEN j.state = 'queued' THEN format('materialized view "%s" was dropped', OLD.view_set_name)
+                                ELSE j.failure_message END
+   WHERE j.view_set_name = OLD.view_set_name AND j.state IN ('queued', 'running');
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_cancel_jobs
+  AFTER DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_cancel_jobs();
+
+-- The history begins with every definition as it is now.
+INSERT INTO micromegas.lakehouse_view_set_definition_history
+  (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
+   update_group, view_options, schema_ipc, schema_hash, load_status, load_error, updated_by, updated_by_role,
+   changed_at)
+SELECT d.view_set_name, s.version, CASE WHEN d.shipped THEN 'install' ELSE 'upgrade' END, d.definition_sql,
+       d.extract_query, d.count_src_query, d.merge_partitions_query, d.update_group, d.view_options, d.schema_ipc,
+       d.schema_hash, d.load_status, d.load_error, d.updated_by, d.updated_by_role, d.updated_at
+  FROM micromegas.lakehouse_view_set_definitions d, micromegas.catalog_state s;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  internal boolean := pg_catalog.pg_trigger_depth() > 1;
+  statement_sql text := NEW.definition_sql;
+  p record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_lock_catalog();
+    NEW.shipped := micromegas._mm_installing();
+    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+                                    WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- An INSERT over a row still exactly as shipped becomes an UPDATE of
+      -- it (validated like any other, keeping the given timestamps and
+      -- actor): this is how a restore (CREATE EXTENSION, then the dumped
+      -- rows) brings back a replaced log_stats.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
+             load_status = coalesce(NEW.load_status, 'ok')
+       WHERE d.view_set_name = NEW.view_set_name;
+      RETURN NULL;
+    END IF;
+  ELSE
+    PERFORM micromegas._mm_next_version();
+    -- Rows stay "as shipped" only through the extension's own scripts.
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
+    IF internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+       AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+            NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS NOT DISTINCT FROM
+           (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+            OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+      -- The extension marks a definition whose source changed as failed to load.
+      RETURN NEW;
+    END IF;
+    IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+      RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Create the view under the new name, then drop the old one.';
+    END IF;
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
+  END IF;
+
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(
+    NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+    NEW.update_group, NEW.view_options,
+    -- A restored row that had failed to load is validated again: it loads
+    -- if it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed');
+
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = p.view_set_name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', p.view_set_name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Choose another name for the materialized view.';
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name) THEN
+      IF NOT p.or_replace THEN
+        RAISE EXCEPTION 'materialized view "%" already exists', p.view_set_name
+          USING ERRCODE = 'duplicate_object',
+                HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
+      END IF;
+      -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+      -- trigger asks the same question again and gets the answer just
+      -- computed, from the backend's memory; it re-checks the dependents.
+      -- The history records it as a replace, not as the extension's own
+      -- re-check (sql/history.sql).
+      PERFORM pg_catalog.set_config('micromegas_views.replacing', p.view_set_name, true);
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             updated_at = clock_timestamp(), updated_by = coalesce(NEW.updated_by, micromegas._mm_actor()),
+             load_status = 'ok'
+       WHERE d.view_set_name = p.view_set_name;
+      PERFORM pg_catalog.set_config('micromegas_views.replacing', '', true);
+      -- mm_create_view reports the replace (a skipped INSERT returns no row).
+      PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+      RETURN NULL;
+    END IF;
+    PERFORM micromegas._mm_next_version();
+  END IF;
+
+  NEW.view_set_name := p.view_set_name;
+  NEW.definition_sql := p.definition_sql;
+  NEW.extract_query := p.extract_query;
+  NEW.count_src_query := p.count_src_query;
+  NEW.merge_partitions_query := p.merge_partitions_query;
+  NEW.update_group := p.update_group;
+  NEW.view_options := p.view_options;
+  NEW.schema_ipc := p.schema_ipc;
+  NEW.schema_json := p.schema_json;
+  NEW.schema_hash := p.schema_hash;
+  NEW.reads := p.reads;
+  NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
+  NEW.load_error := p.load_error;
+  -- The Postgres role that made the change: no setting can change it.
+  NEW.updated_by_role := session_user;
+  IF TG_OP = 'INSERT' OR internal THEN
+    -- Given timestamps and actor are kept (a restore reproduces them; a
+    -- re-validation by the extension changes no definition).
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
+  ELSE
+    NEW.updated_at := clock_timestamp();
+    NEW.updated_by := micromegas._mm_actor();
+    NEW.created_at := OLD.created_at;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
 -- Result columns added: dropped and created again.
 DROP FUNCTION micromegas.mm_create_view(text);
 DROP FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean);
@@ -775,6 +1438,9 @@ $$;
 
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definition_history',
+                                           $$WHERE operation <> 'install'$$);
+SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
@@ -805,6 +1471,30 @@ COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamp
   'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
   'The daemon claims expired files of retired partitions (commit after deleting them)';
+COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
+  'Every version of a view: operation, catalog version, who and when';
+COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
+  'A view as it is, or as it was at a version, with its schema';
+COMMENT ON FUNCTION micromegas.mm_restore_view(text, bigint) IS
+  'Put a view back as it was at a version (validated like CREATE OR REPLACE)';
+COMMENT ON FUNCTION micromegas.mm_prune_view_history(interval) IS
+  'Forget versions older than the interval (each view keeps its latest)';
+COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, jsonb) IS
+  'Request a refresh of a view set over a range (NULL bounds: everything); returns the job id';
+COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
+COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
+  'A worker claims the oldest queued job, with a lease';
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, text) IS
+  'A worker extends its lease; says whether the job should stop';
+COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) IS
+  'A worker reports a job''s result';
+COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
+  'Cancel a queued job, or ask a running one to stop';
+COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
+  'One job';
+COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
+  'Jobs by state and view set, newest first';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written';
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
@@ -848,6 +1538,12 @@ GRANT SELECT ON micromegas.lakehouse_partitions, micromegas.temporary_files,
                 micromegas.view_set_schema_hashes TO micromegas_reader;
 GRANT INSERT, UPDATE, DELETE ON micromegas.lakehouse_partitions TO micromegas_service;
 GRANT INSERT, DELETE ON micromegas.temporary_files TO micromegas_service;
+-- Definition history: readers read it; only the trigger and the admin
+-- functions write it.
+GRANT SELECT ON micromegas.lakehouse_view_set_definition_history TO micromegas_reader;
+-- Jobs: readers see them; admins request and cancel (functions); the
+-- services' workers claim, heartbeat and finish (functions).
+GRANT SELECT ON micromegas.jobs TO micromegas_reader;
 DO $$
 DECLARE
   f regprocedure;
@@ -869,6 +1565,8 @@ GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_h
   micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
   micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
   TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.mm_view_history(text), micromegas.mm_describe_view(text, bigint)
+  TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION micromegas.list_partitions(text, text), micromegas.list_incompatible_partitions(text),
   micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) TO micromegas_reader;
 GRANT EXECUTE ON FUNCTION
@@ -876,3 +1574,6 @@ GRANT EXECUTE ON FUNCTION
                                 bytea, bytea, bigint, integer, text[], timestamptz),
   micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]),
   micromegas.mm_expired_files(integer) TO micromegas_service;
+GRANT EXECUTE ON FUNCTION micromegas.mm_job(uuid), micromegas.list_jobs(text, text) TO micromegas_reader;
+GRANT EXECUTE ON FUNCTION micromegas.mm_claim_job(text, text[]), micromegas.mm_heartbeat_job(uuid, text),
+  micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) TO micromegas_service;

@@ -301,6 +301,9 @@ BEGIN
       -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
       -- trigger asks the same question again and gets the answer just
       -- computed, from the backend's memory; it re-checks the dependents.
+      -- The history records it as a replace, not as the extension's own
+      -- re-check (sql/history.sql).
+      PERFORM pg_catalog.set_config('micromegas_views.replacing', p.view_set_name, true);
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
              count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
@@ -308,6 +311,7 @@ BEGIN
              updated_at = clock_timestamp(), updated_by = coalesce(NEW.updated_by, micromegas._mm_actor()),
              load_status = 'ok'
        WHERE d.view_set_name = p.view_set_name;
+      PERFORM pg_catalog.set_config('micromegas_views.replacing', '', true);
       -- mm_create_view reports the replace (a skipped INSERT returns no row).
       PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
       RETURN NULL;

@@ -15,6 +15,8 @@ pub extern "C-unwind" fn _PG_init() {
 pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../sql/access.sql", name = "access");
 pgrx::extension_sql_file!("../sql/partitions.sql", name = "partitions");
+pgrx::extension_sql_file!("../sql/history.sql", name = "history");
+pgrx::extension_sql_file!("../sql/jobs.sql", name = "jobs");
 pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

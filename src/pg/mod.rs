@@ -4,6 +4,7 @@
 mod access;
 mod api;
 mod errors;
+mod jobs;
 mod legacy;
 mod partitions;
 pub mod settings;

@@ -6,10 +6,13 @@
 //! | `micromegas_views.max_plan_nodes` | superusers only | 10000 | 100 – 250000 |
 //! | `micromegas_views.query_deny_max_rules` | superusers only | 100 | 1 – 10000 |
 //! | `micromegas_views.file_retention` | superusers only | 1h | 0 – 30d |
+//! | `micromegas_views.job_lease` | superusers only | 5min | 1s – 1d |
+//! | `micromegas_views.job_max_attempts` | superusers only | 3 | 1 – 100 |
 //!
 //! The first two bound work; neither switches a check off. The file
 //! retention protects readers of a retired partition's file, so an ordinary
-//! role may not shorten it. The deny list's
+//! role may not shorten it; the job settings decide when a job may run
+//! twice, so they are superuser-only as well. The deny list's
 //! cap is a limit an ordinary role must not lift, so it is superuser-only too. The time limit may be
 //! raised by any role because it is capped at a minute and
 //! `statement_timeout` and cancellation still apply; the plan-node limit
@@ -23,6 +26,8 @@ static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
 static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
 static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
 static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
+static JOB_LEASE_S: GucSetting<i32> = GucSetting::<i32>::new(300);
+static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(3);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -65,6 +70,36 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::UNIT_S,
     );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.job_lease",
+        c"How long a worker holds a claimed job without a heartbeat.",
+        c"Past it the job goes back to the queue (or fails after job_max_attempts claims).",
+        &JOB_LEASE_S,
+        1,
+        86_400,
+        GucContext::Suset,
+        GucFlags::UNIT_S,
+    );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.job_max_attempts",
+        c"How many times a job may be claimed before a lost lease or a retryable failure fails it.",
+        c"",
+        &JOB_MAX_ATTEMPTS,
+        1,
+        100,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+}
+
+/// `micromegas_views.job_lease`, in seconds.
+pub fn job_lease_seconds() -> i32 {
+    JOB_LEASE_S.get().max(1)
+}
+
+/// `micromegas_views.job_max_attempts`.
+pub fn job_max_attempts() -> i32 {
+    JOB_MAX_ATTEMPTS.get().max(1)
 }
 
 /// `micromegas_views.file_retention`, in seconds.

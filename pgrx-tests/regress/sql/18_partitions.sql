@@ -209,7 +209,7 @@ DROP ROLE mmv_part_reader, mmv_part_service, mmv_part_admin;
 SELECT mmv_part('global', 30, 31, '02', 's3://b/h30-old');
 SELECT mmv_part('proc-4', 30, 31, :'h2', 's3://b/proc4');
 DELETE FROM micromegas.temporary_files;
-SELECT * FROM micromegas.mm_drop_view('p_logs');
+SELECT view_set_name, status, partitions_retired, bytes_queued FROM micromegas.mm_drop_view('p_logs');
 SELECT view_instance_id, file_path FROM micromegas.list_partitions('p_logs');
 SELECT file_path, file_size FROM micromegas.temporary_files ORDER BY 1;
 -- A direct DELETE of a definition retires the same way; a rolled-back DROP

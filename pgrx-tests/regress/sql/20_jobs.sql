@@ -1,0 +1,156 @@
+-- Jobs: requests (refresh, regeneration buckets) on view sets that exist
+-- and load, duplicates folded, every transition of a job (claim, heartbeat,
+-- finish, retry, lease expiry, cancel), DROP cancelling, and who may do what.
+SET TimeZone = 'UTC';
+\set blocks_count '$c$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''$c$'
+SELECT status FROM micromegas.mm_create_view(format($$CREATE MATERIALIZED VIEW j_v WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time')$$, :'blocks_count'));
+DELETE FROM micromegas.jobs;
+-- Errors with the random job ids masked.
+CREATE FUNCTION mmv_try_j(statement text)
+RETURNS TABLE (sqlstate text, message text, detail text, hint text) LANGUAGE sql AS $$
+  SELECT t.sqlstate, regexp_replace(t.message, '[0-9a-f-]{36}', 'J'), t.detail, t.hint FROM mmv_try(statement) t
+$$;
+-- Jobs are shown without their random ids and times.
+CREATE VIEW mmv_jobs AS
+  SELECT kind, view_set_name, begin_time, end_time, params, state, cancel_requested, worker,
+         lease_expires_at IS NOT NULL AS leased, attempts, failure_phase, failure_message, failure_retryable,
+         created_by
+    FROM micromegas.jobs ORDER BY created_at;
+
+-- 1. Requests. A covered range returns the queued job; a wider one is new.
+SELECT micromegas.mm_refresh_view('j_v', '2024-01-01', '2024-01-02') AS day1 \gset
+SELECT micromegas.mm_refresh_view('j_v', '2024-01-01 06:00', '2024-01-01 12:00') = :'day1' AS covered;
+SELECT micromegas.mm_refresh_view('j_v', '2024-01-01', '2024-01-03') = :'day1' AS wider_is_new;
+SELECT micromegas.mm_refresh_view('log_entries') IS NOT NULL AS builtin_ok;
+SELECT micromegas.mm_refresh_view('log_entries', '2024-01-01', NULL) =
+       micromegas.mm_refresh_view('log_entries') AS everything_is_not_covered;
+SELECT * FROM mmv_try($$SELECT micromegas.mm_refresh_view('nope')$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v', '2024-01-02', '2024-01-01')$$);
+SELECT sqlstate, message FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v', params => '[1]')$$);
+-- A definition kept as failed to load (as a restore keeps one) is refused.
+INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql, load_status)
+VALUES ('j_failed', format($$CREATE MATERIALIZED VIEW j_failed WITH (
+  extract_query = 'SELECT time, process_id, nope FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, nope FROM {source}',
+  update_group = 4000, time_column = 'time')$$, :'blocks_count'), 'failed');
+SELECT sqlstate, message, hint FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_failed')$$);
+DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'j_failed';
+SELECT kind, view_set_name, begin_time, end_time, state, attempts FROM mmv_jobs;
+
+-- 2. Regeneration: one job per bucket, checked by mm_plan_regeneration.
+SELECT micromegas.mm_write_partition('j_v', 'global', '2024-01-01', '2024-01-01 06:00', NULL, NULL, 's3://j/0', 1,
+       (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'j_v'), NULL, 1);
+SELECT regexp_replace(msg, 'job [0-9a-f-]{36}', 'job J') AS msg
+  FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-02', 21600);
+SELECT regexp_replace(msg, 'job [0-9a-f-]{36}', 'job J') AS msg
+  FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-01 12:00', 21600);
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-02', 3600 * 5)$$);
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-02', 0)$$);
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('nope', '2024-01-01', '2024-01-02', 3600)$$);
+SELECT count(*) AS regenerate_jobs FROM micromegas.list_jobs('queued', 'j_v') WHERE kind = 'regenerate';
+DELETE FROM micromegas.jobs WHERE kind = 'regenerate' OR view_set_name = 'log_entries';
+
+-- 3. A worker's life: claim (oldest first, by kind), heartbeat, finish.
+SELECT kind, begin_time, state, worker, attempts FROM micromegas.mm_claim_job('w1', ARRAY['materialize']);
+SELECT job_id AS j1 FROM micromegas.mm_claim_job('w1', ARRAY['refresh']) \gset
+SELECT job_id = :'j1' AS oldest_first, begin_time, end_time, state, worker, attempts
+  FROM micromegas.mm_job(:'j1');
+SELECT micromegas.mm_heartbeat_job(:'j1', 'w1');
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, 'w2')$$, :'j1'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, 'w2', true)$$, :'j1'));
+SELECT micromegas.mm_finish_job(:'j1', 'w1', true);
+SELECT state, worker, leased, failure_phase FROM mmv_jobs WHERE state = 'done';
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, 'w1', true)$$, :'j1'));
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_claim_job('  ')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_job('00000000-0000-0000-0000-000000000000')$$);
+
+-- 4. Failures: a retryable one goes back to the queue until the last
+-- attempt (micromegas_views.job_max_attempts); a final one stays failed.
+SET micromegas_views.job_max_attempts = 2;
+SELECT job_id AS j2 FROM micromegas.mm_claim_job('w1') \gset
+SELECT micromegas.mm_finish_job(:'j2', 'w1', false, 'extract', 'object store timed out', true);
+SELECT state, attempts, failure_phase, failure_message, failure_retryable FROM micromegas.mm_job(:'j2');
+SELECT job_id = :'j2' AS same_job, attempts FROM micromegas.mm_claim_job('w2');
+SELECT micromegas.mm_finish_job(:'j2', 'w2', false, 'extract', 'object store timed out', true);
+SELECT state, attempts, failure_retryable FROM micromegas.mm_job(:'j2');
+RESET micromegas_views.job_max_attempts;
+
+-- 5. A lease that runs out: the job goes back to the queue and the next
+-- claim takes it; the first worker's heartbeat is refused.
+SELECT micromegas.mm_refresh_view('j_v', '2024-02-01', '2024-02-02') AS j3 \gset
+SET micromegas_views.job_lease = '1s';
+SELECT job_id = :'j3' AS claimed FROM micromegas.mm_claim_job('w1');
+SELECT pg_sleep(1.2);
+SELECT job_id = :'j3' AS reclaimed, worker, attempts FROM micromegas.mm_claim_job('w2');
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, 'w1')$$, :'j3'));
+RESET micromegas_views.job_lease;
+SELECT micromegas.mm_finish_job(:'j3', 'w2', true);
+-- Only a superuser may change the lease and the attempts.
+CREATE ROLE mmv_jobs_nobody;
+SET ROLE mmv_jobs_nobody;
+SELECT sqlstate FROM mmv_try($$SET micromegas_views.job_lease = '1h'$$);
+SELECT sqlstate FROM mmv_try($$SET micromegas_views.job_max_attempts = 100$$);
+RESET ROLE;
+DROP ROLE mmv_jobs_nobody;
+
+-- 6. Cancel: a queued job at once; a running one is asked to stop, its
+-- worker sees it on the next heartbeat, and its finish cancels it.
+SELECT micromegas.mm_refresh_view('j_v', '2024-03-01', '2024-03-02') AS j4 \gset
+SELECT micromegas.mm_cancel_job(:'j4');
+SELECT state, cancel_requested FROM micromegas.mm_job(:'j4');
+SELECT micromegas.mm_refresh_view('j_v', '2024-03-01', '2024-03-02') <> :'j4' AS new_after_cancel;
+SELECT job_id AS j5 FROM micromegas.mm_claim_job('w1') \gset
+SELECT micromegas.mm_cancel_job(:'j5');
+SELECT micromegas.mm_heartbeat_job(:'j5', 'w1');
+SELECT micromegas.mm_finish_job(:'j5', 'w1', true);
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_cancel_job(%L)$$, :'j5'));
+
+-- 7. DROP cancels the view's queued jobs and asks running ones to stop.
+SELECT micromegas.mm_refresh_view('j_v', '2024-04-01', '2024-04-02') IS NOT NULL AS queued;
+SELECT micromegas.mm_refresh_view('j_v', '2024-05-01', '2024-05-02') IS NOT NULL AS queued;
+SELECT job_id AS j6 FROM micromegas.mm_claim_job('w1') \gset
+SELECT count(*) FROM micromegas.mm_drop_view('j_v');
+SELECT state, cancel_requested, failure_phase, failure_message FROM micromegas.list_jobs(view_set_name => 'j_v')
+ WHERE state IN ('queued', 'running', 'cancelled') AND begin_time >= '2024-04-01' ORDER BY begin_time;
+SELECT micromegas.mm_heartbeat_job(:'j6', 'w1');
+SELECT micromegas.mm_finish_job(:'j6', 'w1', false, 'write', 'view dropped');
+SELECT state, count(*) FROM micromegas.list_jobs() GROUP BY 1 ORDER BY 1;
+
+-- 8. Who may do what: readers see jobs; admins request and cancel; the
+-- services' workers claim and finish; nobody writes the table directly.
+SELECT status FROM micromegas.mm_create_view(format($$CREATE MATERIALIZED VIEW j_v WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time')$$, :'blocks_count'));
+CREATE ROLE mmv_jobs_reader IN ROLE micromegas_reader;
+CREATE ROLE mmv_jobs_service IN ROLE micromegas_service;
+CREATE ROLE mmv_jobs_admin IN ROLE micromegas_admin;
+SET ROLE mmv_jobs_admin;
+SET micromegas_views.actor = 'ana@example.com';
+SELECT micromegas.mm_refresh_view('j_v', '2024-06-01', '2024-06-02') AS j7 \gset
+RESET micromegas_views.actor;
+SELECT sqlstate FROM mmv_try($$UPDATE micromegas.jobs SET state = 'done'$$);
+RESET ROLE;
+SET ROLE mmv_jobs_reader;
+SELECT created_by, state FROM micromegas.mm_job(:'j7');
+SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v')$$);
+SELECT sqlstate FROM mmv_try($$SELECT * FROM micromegas.mm_claim_job('r')$$);
+RESET ROLE;
+SET ROLE mmv_jobs_service;
+SELECT job_id = :'j7' AS service_claims FROM micromegas.mm_claim_job('svc');
+SELECT micromegas.mm_finish_job(:'j7', 'svc', true);
+SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v')$$);
+SELECT sqlstate FROM mmv_try(format($$SELECT micromegas.mm_cancel_job(%L)$$, :'j7'));
+RESET ROLE;
+DROP ROLE mmv_jobs_reader, mmv_jobs_service, mmv_jobs_admin;
+SELECT * FROM mmv_try('TRUNCATE micromegas.jobs');
+
+SELECT count(*) FROM micromegas.mm_drop_view('j_v');
+DELETE FROM micromegas.jobs;
+DELETE FROM micromegas.lakehouse_partitions WHERE view_set_name = 'j_v';
+DELETE FROM micromegas.temporary_files;
+DROP VIEW mmv_jobs;
+DROP FUNCTION mmv_try_j(text);

@@ -1,0 +1,198 @@
+-- micromegas_views: every version of every definition. One row per
+-- committed row change of the definitions table (whatever wrote it), the
+-- definition as it was after the change (before it, for a drop), so an
+-- operator can see what a view was, who changed it, and put it back.
+
+-- No surrogate key: a pg_restore loads the dumped rows and, restoring the
+-- definitions, adds one row per definition; nothing there may collide.
+CREATE TABLE micromegas.lakehouse_view_set_definition_history (
+  view_set_name text NOT NULL,
+  -- The catalog version of the change (what mm_create_view returned).
+  version bigint NOT NULL,
+  -- 'upgrade': the definition as ALTER EXTENSION UPDATE found it, when
+  -- the history began (0.1.4).
+  operation text NOT NULL CHECK (operation IN ('install', 'upgrade', 'create', 'replace', 'recheck', 'drop', 'restore')),
+  definition_sql text NOT NULL,
+  extract_query text NOT NULL,
+  count_src_query text NOT NULL,
+  merge_partitions_query text NOT NULL,
+  update_group integer NOT NULL,
+  view_options jsonb NOT NULL,
+  schema_ipc text NOT NULL,
+  schema_hash bytea NOT NULL,
+  load_status text NOT NULL,
+  load_error text,
+  updated_by text,
+  updated_by_role text,
+  changed_at timestamptz NOT NULL
+);
+CREATE INDEX lakehouse_view_set_definition_history_name
+  ON micromegas.lakehouse_view_set_definition_history (view_set_name, version);
+CREATE INDEX lakehouse_view_set_definition_history_changed
+  ON micromegas.lakehouse_view_set_definition_history (changed_at);
+COMMENT ON TABLE micromegas.lakehouse_view_set_definition_history IS
+  'Every committed version of every materialized view definition (written by a trigger)';
+
+-- AFTER each row change. Named to fire first among the table's AFTER
+-- triggers (Postgres fires them by name), before a re-check of dependents
+-- moves the catalog version on.
+CREATE FUNCTION micromegas._mm_definitions_history() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r micromegas.lakehouse_view_set_definitions;
+  op text;
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    r := OLD;
+    op := 'drop';
+  ELSE
+    r := NEW;
+    op := CASE
+      WHEN micromegas._mm_installing() THEN 'install'
+      WHEN pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name THEN 'restore'
+      WHEN pg_catalog.current_setting('micromegas_views.replacing', true) = NEW.view_set_name THEN 'replace'
+      WHEN pg_catalog.pg_trigger_depth() > 1 THEN 'recheck'
+      WHEN TG_OP = 'INSERT' THEN 'create'
+      ELSE 'replace' END;
+  END IF;
+  INSERT INTO micromegas.lakehouse_view_set_definition_history
+    (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
+     update_group, view_options, schema_ipc, schema_hash, load_status, load_error, updated_by, updated_by_role,
+     changed_at)
+  SELECT r.view_set_name, s.version, op, r.definition_sql, r.extract_query, r.count_src_query,
+         r.merge_partitions_query, r.update_group, r.view_options, r.schema_ipc, r.schema_hash, r.load_status,
+         r.load_error,
+         CASE WHEN op = 'drop' THEN micromegas._mm_actor() ELSE r.updated_by END,
+         CASE WHEN op = 'drop' THEN session_user::text ELSE r.updated_by_role END,
+         CASE WHEN op = 'drop' THEN clock_timestamp() ELSE r.updated_at END
+    FROM micromegas.catalog_state s;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_0_history
+  AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_history();
+CREATE TRIGGER definition_history_no_truncate
+  BEFORE TRUNCATE ON micromegas.lakehouse_view_set_definition_history
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- Every version of one view, oldest first.
+CREATE FUNCTION micromegas.mm_view_history(name text)
+RETURNS TABLE (version bigint, operation text, changed_at timestamptz, updated_by text, updated_by_role text,
+               update_group integer, schema_hash bytea, load_status text, definition_sql text)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT h.version, h.operation, h.changed_at, h.updated_by, h.updated_by_role, h.update_group, h.schema_hash,
+         h.load_status, h.definition_sql
+    FROM micromegas.lakehouse_view_set_definition_history h
+   WHERE h.view_set_name = $1
+   ORDER BY h.version, h.changed_at
+$$;
+
+-- A view as it is (version NULL) or as it was at a version of its history.
+-- Row types, so that the arguments keep their names (name, version).
+CREATE TYPE micromegas.view_version AS (
+  view_set_name text, version bigint, operation text, current boolean, definition_sql text,
+  update_group integer, schema text, schema_hash bytea, load_status text, load_error text,
+  updated_by text, changed_at timestamptz);
+CREATE TYPE micromegas.view_change AS (
+  view_set_name text, status text, version bigint, incompatible_partitions bigint);
+CREATE FUNCTION micromegas.mm_describe_view(name text, version bigint DEFAULT NULL)
+RETURNS SETOF micromegas.view_version
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  h micromegas.lakehouse_view_set_definition_history;
+  latest bigint;
+BEGIN
+  SELECT max(x.version) INTO latest FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = $1;
+  IF $2 IS NULL THEN
+    IF NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1) THEN
+      IF latest IS NULL THEN
+        RAISE EXCEPTION 'materialized view "%" does not exist', $1 USING ERRCODE = 'undefined_object';
+      END IF;
+      RAISE EXCEPTION 'materialized view "%" does not exist', $1
+        USING ERRCODE = 'undefined_object',
+              HINT = format('It was dropped; mm_view_history(%L) lists its versions.', $1);
+    END IF;
+    RETURN QUERY
+      SELECT d.view_set_name, latest, 'current'::text, true, d.definition_sql, d.update_group,
+             micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.load_status, d.load_error,
+             d.updated_by, d.updated_at
+        FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1;
+    RETURN;
+  END IF;
+  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = $1 AND x.version = $2 ORDER BY x.changed_at DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'materialized view "%" has no version %', $1, $2
+      USING ERRCODE = 'no_data_found',
+            HINT = format('mm_view_history(%L) lists its versions.', $1);
+  END IF;
+  RETURN QUERY SELECT h.view_set_name, h.version, h.operation,
+                      h.version = latest AND h.operation <> 'drop'
+                        AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1),
+                      h.definition_sql, h.update_group, micromegas._mm_format_schema(h.schema_ipc), h.schema_hash,
+                      h.load_status, h.load_error, h.updated_by, h.changed_at;
+END
+$$;
+
+-- Puts a view back as it was at a version: written like a CREATE OR
+-- REPLACE (or a CREATE, when the view was dropped), so validated, its
+-- dependents re-checked, announced, and recorded as a 'restore'.
+CREATE FUNCTION micromegas.mm_restore_view(name text, version bigint)
+RETURNS SETOF micromegas.view_change
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  h micromegas.lakehouse_view_set_definition_history;
+  outcome text := 'restored';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = mm_restore_view.name AND x.version = mm_restore_view.version
+   ORDER BY x.changed_at DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'materialized view "%" has no version %', mm_restore_view.name, mm_restore_view.version
+      USING ERRCODE = 'no_data_found',
+            HINT = format('mm_view_history(%L) lists its versions.', mm_restore_view.name);
+  END IF;
+  PERFORM pg_catalog.set_config('micromegas_views.restoring', h.view_set_name, true);
+  UPDATE micromegas.lakehouse_view_set_definitions d
+     SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
+         merge_partitions_query = h.merge_partitions_query, update_group = h.update_group,
+         view_options = h.view_options
+   WHERE d.view_set_name = h.view_set_name;
+  IF NOT FOUND THEN
+    INSERT INTO micromegas.lakehouse_view_set_definitions
+           (view_set_name, definition_sql, extract_query, count_src_query, merge_partitions_query, update_group,
+            view_options)
+    VALUES (h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query, h.merge_partitions_query,
+            h.update_group, h.view_options);
+    outcome := 'recreated';
+  END IF;
+  PERFORM pg_catalog.set_config('micromegas_views.restoring', '', true);
+  RETURN QUERY SELECT h.view_set_name, outcome, micromegas.mm_catalog_version(),
+                      micromegas._mm_incompatible_count(h.view_set_name);
+END
+$$;
+
+-- Forgets versions older than the interval, except each view's latest.
+CREATE FUNCTION micromegas.mm_prune_view_history(older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+BEGIN
+  IF older_than IS NULL OR older_than < interval '0' THEN
+    RAISE EXCEPTION 'mm_prune_view_history: older_than must be a non-negative interval, not %',
+        coalesce(older_than::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  DELETE FROM micromegas.lakehouse_view_set_definition_history h
+   WHERE h.changed_at < now() - older_than
+     AND h.version < (SELECT max(l.version) FROM micromegas.lakehouse_view_set_definition_history l
+                       WHERE l.view_set_name = h.view_set_name);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;

@@ -1,0 +1,312 @@
+-- micromegas_views: refresh jobs. Admins request work on a view set (a
+-- refresh, a regeneration bucket); the maintenance daemon's workers claim
+-- it with a lease (FOR UPDATE SKIP LOCKED: no job runs twice at once),
+-- heartbeat, and finish it. Every state change is announced on
+-- micromegas_jobs.
+
+CREATE TABLE micromegas.jobs (
+  job_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  kind text NOT NULL CHECK (kind IN ('refresh', 'regenerate', 'materialize')),
+  view_set_name text NOT NULL,
+  -- The insert-time range; a NULL bound is unbounded (everything).
+  begin_time timestamptz,
+  end_time timestamptz,
+  params jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(params) = 'object'),
+  state text NOT NULL DEFAULT 'queued' CHECK (state IN ('queued', 'running', 'done', 'failed', 'cancelled')),
+  cancel_requested boolean NOT NULL DEFAULT false,
+  created_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+  created_by text NOT NULL,
+  created_by_role text NOT NULL DEFAULT session_user,
+  started_at timestamptz,
+  finished_at timestamptz,
+  -- The worker that holds the job (running), or held it last.
+  worker text,
+  lease_expires_at timestamptz,
+  attempts integer NOT NULL DEFAULT 0,
+  failure_phase text,
+  failure_message text,
+  failure_retryable boolean,
+  CONSTRAINT jobs_range CHECK (begin_time IS NULL OR end_time IS NULL OR begin_time <= end_time),
+  CONSTRAINT jobs_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL) AND (state <> 'running' OR worker IS NOT NULL))
+);
+CREATE INDEX jobs_queued ON micromegas.jobs (created_at) WHERE state = 'queued';
+CREATE INDEX jobs_running ON micromegas.jobs (lease_expires_at) WHERE state = 'running';
+CREATE INDEX jobs_view ON micromegas.jobs (view_set_name, state);
+COMMENT ON TABLE micromegas.jobs IS
+  'Work requested on view sets (refresh, regeneration), claimed by the daemon''s workers with a lease';
+
+-- Every state change (and a cancellation request) is announced, once, at commit.
+CREATE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested THEN
+    PERFORM pg_notify('micromegas_jobs', json_build_object(
+      'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
+      'cancel_requested', NEW.cancel_requested)::text);
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_notify
+  AFTER INSERT OR UPDATE ON micromegas.jobs
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_jobs_notify();
+CREATE TRIGGER jobs_no_truncate
+  BEFORE TRUNCATE ON micromegas.jobs
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
+
+-- A request: the view set must exist and load. A queued job of the same
+-- kind whose range covers the requested one is returned instead of a new one.
+CREATE FUNCTION micromegas._mm_request_job(
+  kind text, name text, begin_time timestamptz, end_time timestamptz, params jsonb,
+  OUT job_id uuid, OUT existing boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  problem text;
+BEGIN
+  IF name IS NULL THEN
+    RAISE EXCEPTION 'a job needs a view set name' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  IF begin_time > end_time THEN
+    RAISE EXCEPTION 'the range of a % job on "%" begins after it ends', kind, name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF NOT EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
+    SELECT coalesce(d.load_error, '') INTO problem FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = name AND d.load_status <> 'ok';
+    IF FOUND THEN
+      RAISE EXCEPTION 'materialized view "%" does not load', name
+        USING ERRCODE = 'object_not_in_prerequisite_state', DETAIL = problem,
+              HINT = 'Replace it (or what it reads) so that it validates, then request the job again.';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+      RAISE EXCEPTION 'view set "%" does not exist', name
+        USING ERRCODE = 'undefined_object', HINT = 'list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
+  -- One requester at a time per view set, so two equal requests get one job.
+  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('micromegas_views.jobs:' || name, 0));
+  SELECT j.job_id INTO job_id FROM micromegas.jobs j
+   WHERE j.kind = _mm_request_job.kind AND j.view_set_name = name AND j.state = 'queued' AND NOT j.cancel_requested
+     AND (j.begin_time IS NULL OR (_mm_request_job.begin_time IS NOT NULL AND j.begin_time <= _mm_request_job.begin_time))
+     AND (j.end_time IS NULL OR (_mm_request_job.end_time IS NOT NULL AND j.end_time >= _mm_request_job.end_time))
+   ORDER BY j.created_at LIMIT 1;
+  IF FOUND THEN
+    existing := true;
+    RETURN;
+  END IF;
+  INSERT INTO micromegas.jobs (kind, view_set_name, begin_time, end_time, params, created_by)
+  VALUES (_mm_request_job.kind, name, _mm_request_job.begin_time, _mm_request_job.end_time,
+          coalesce(_mm_request_job.params, '{}'), micromegas._mm_actor())
+  RETURNING jobs.job_id INTO job_id;
+  existing := false;
+END
+$$;
+
+-- A refresh of a view set over a range (NULL bounds: everything).
+CREATE FUNCTION micromegas.mm_refresh_view(
+  name text, begin_time timestamptz DEFAULT NULL, end_time timestamptz DEFAULT NULL, params jsonb DEFAULT '{}')
+RETURNS uuid
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
+$$;
+
+-- Seed 002: regenerate [begin, end) in buckets of partition_delta_seconds —
+-- checked by mm_plan_regeneration's rules, one queued job per bucket.
+CREATE FUNCTION micromegas.regenerate_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  bucket record;
+  r record;
+BEGIN
+  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
+    RAISE EXCEPTION 'regenerate_partitions: partition_delta_seconds must be a positive number of seconds, not %',
+        coalesce(partition_delta_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($1, $2, $3, make_interval(secs => partition_delta_seconds)) LOOP
+    SELECT * INTO r FROM micromegas._mm_request_job('regenerate', $1, bucket.bucket_begin, bucket.bucket_end,
+                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
+    RETURN QUERY SELECT clock_timestamp(), format('%s regeneration of %s [%s, %s): job %s',
+      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END, $1,
+      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
+  END LOOP;
+END
+$$;
+
+-- Leases that ran out: back to the queue, or failed after
+-- micromegas_views.job_max_attempts claims; a job whose cancellation was
+-- requested is cancelled.
+CREATE FUNCTION micromegas._mm_expire_leases() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  max_attempts integer := micromegas._mm_job_max_attempts();
+  n integer;
+BEGIN
+  UPDATE micromegas.jobs j
+     SET state = CASE WHEN j.cancel_requested THEN 'cancelled'
+                      WHEN j.attempts >= max_attempts THEN 'failed' ELSE 'queued' END,
+         finished_at = CASE WHEN j.cancel_requested OR j.attempts >= max_attempts THEN clock_timestamp() END,
+         failure_phase = 'lease',
+         failure_message = format('the lease of worker %s expired at %s (claim %s of %s)', j.worker,
+                                  micromegas._mm_time_text(j.lease_expires_at), j.attempts, max_attempts),
+         failure_retryable = NOT j.cancel_requested AND j.attempts < max_attempts,
+         lease_expires_at = NULL
+   WHERE j.job_id = ANY (ARRAY(
+           SELECT x.job_id FROM micromegas.jobs x
+            WHERE x.state = 'running' AND x.lease_expires_at < clock_timestamp()
+              FOR UPDATE SKIP LOCKED));
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;
+
+-- A worker claims the oldest queued job (of the given kinds), with a lease
+-- of micromegas_views.job_lease. No row: nothing to do.
+CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.jobs
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF coalesce(btrim(worker), '') = '' THEN
+    RAISE EXCEPTION 'mm_claim_job: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  PERFORM micromegas._mm_expire_leases();
+  RETURN QUERY
+    UPDATE micromegas.jobs j
+       SET state = 'running', worker = mm_claim_job.worker, started_at = clock_timestamp(),
+           lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           attempts = j.attempts + 1
+     WHERE j.job_id = (SELECT x.job_id FROM micromegas.jobs x
+                        WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+                        ORDER BY x.created_at LIMIT 1
+                          FOR UPDATE SKIP LOCKED)
+    RETURNING j.*;
+END
+$$;
+
+-- The row of a job this worker holds, locked; otherwise 55000 saying why.
+CREATE FUNCTION micromegas._mm_held_job(id uuid, worker text) RETURNS micromegas.jobs
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs;
+BEGIN
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state <> 'running' OR j.worker IS DISTINCT FROM _mm_held_job.worker THEN
+    RAISE EXCEPTION 'job % is not held by worker %', id, worker
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            DETAIL = format('The job is %s%s.', j.state,
+                            CASE WHEN j.worker IS NOT NULL THEN format(', held by %s', j.worker) ELSE '' END),
+            HINT = 'Its lease may have expired: the job went back to the queue. Stop working on it.';
+  END IF;
+  RETURN j;
+END
+$$;
+
+-- The worker is alive: extends the lease. Returns 'running', or
+-- 'cancel_requested' when the worker should stop (and finish the job).
+CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, worker text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+BEGIN
+  UPDATE micromegas.jobs x
+     SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
+   WHERE x.job_id = $1;
+  RETURN CASE WHEN j.cancel_requested THEN 'cancel_requested' ELSE 'running' END;
+END
+$$;
+
+-- The worker's result. Returns the job's new state: done; failed (or queued
+-- again when retryable and claims remain); cancelled when that was requested.
+CREATE FUNCTION micromegas.mm_finish_job(
+  job_id uuid, worker text, ok boolean, phase text DEFAULT NULL, message text DEFAULT NULL,
+  retryable boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+  next_state text;
+BEGIN
+  IF ok IS NULL THEN
+    RAISE EXCEPTION 'mm_finish_job: ok must be true or false' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  next_state := CASE WHEN j.cancel_requested THEN 'cancelled'
+                     WHEN ok THEN 'done'
+                     WHEN retryable AND j.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
+                     ELSE 'failed' END;
+  UPDATE micromegas.jobs x
+     SET state = next_state, lease_expires_at = NULL,
+         finished_at = CASE WHEN next_state = 'queued' THEN NULL ELSE clock_timestamp() END,
+         failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
+         failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
+         failure_retryable = CASE WHEN ok THEN NULL ELSE coalesce($6, false) END
+   WHERE x.job_id = $1;
+  RETURN next_state;
+END
+$$;
+
+-- Cancels a job: a queued one at once; a running one is marked, and its
+-- worker sees it on its next heartbeat.
+CREATE FUNCTION micromegas.mm_cancel_job(job_id uuid) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs;
+BEGIN
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state = 'queued' THEN
+    UPDATE micromegas.jobs x SET state = 'cancelled', finished_at = clock_timestamp(), cancel_requested = true
+     WHERE x.job_id = $1;
+    RETURN 'cancelled';
+  ELSIF j.state = 'running' THEN
+    UPDATE micromegas.jobs x SET cancel_requested = true WHERE x.job_id = $1;
+    RETURN 'cancel_requested';
+  END IF;
+  RAISE EXCEPTION 'job % is already %', $1, j.state
+    USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+
+-- One job, or jobs by state and view set, newest first.
+CREATE FUNCTION micromegas.mm_job(job_id uuid) RETURNS SETOF micromegas.jobs
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN QUERY SELECT * FROM micromegas.jobs x WHERE x.job_id = $1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+END
+$$;
+
+CREATE FUNCTION micromegas.list_jobs(state text DEFAULT NULL, view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.jobs
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM micromegas.jobs x
+   WHERE ($1 IS NULL OR x.state = $1) AND ($2 IS NULL OR x.view_set_name = $2)
+   ORDER BY x.created_at DESC
+$$;
+
+-- Dropping a view cancels its queued jobs and asks its running ones to stop.
+CREATE FUNCTION micromegas._mm_definitions_cancel_jobs() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  UPDATE micromegas.jobs j
+     SET state = CASE WHEN j.state = 'queued' THEN 'cancelled' ELSE j.state END,
+         finished_at = CASE WHEN j.state = 'queued' THEN clock_timestamp() ELSE j.finished_at END,
+         cancel_requested = true,
+         failure_phase = CASE WHEN j.state = 'queued' THEN 'drop' ELSE j.failure_phase END,
+         failure_message = CASE WHEN j.state = 'queued' THEN format('materialized view "%s" was dropped', OLD.view_set_name)
+                                ELSE j.failure_message END
+   WHERE j.view_set_name = OLD.view_set_name AND j.state IN ('queued', 'running');
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_cancel_jobs
+  AFTER DELETE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_cancel_jobs();
