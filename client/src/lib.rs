@@ -12,6 +12,9 @@
 //! The same machinery ([`Watching`] over a [`Source`]) keeps the query deny
 //! list ([`DenyListWatcher`]) and the audience grants
 //! ([`AudienceGrantsWatcher`]) current, on their own channels.
+//!
+//! A [`JobWorker`] takes refresh and regeneration jobs from the queue
+//! (`micromegas_jobs`), with a lease it keeps alive while the work runs.
 
 use futures_util::StreamExt;
 use std::future::Future;
@@ -20,6 +23,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+mod jobs;
+pub use jobs::{Job, JobContext, JobOutcome, JobWorker, JobWorkerConfig, Ran, JOBS_CHANNEL};
 
 pub const CHANNEL: &str = "micromegas_view_definitions";
 pub const APPLICATION_NAME: &str = "micromegas-views-client";

@@ -255,3 +255,291 @@ async fn deny_list_and_grants_watchers_follow_changes() {
         .await
         .unwrap();
 }
+
+// ---- Jobs: one test, so that no other test's worker claims its jobs. ----
+
+use micromegas_views_client::{JobContext, JobOutcome, JobWorker, JobWorkerConfig, Ran};
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+fn worker(name: &str) -> JobWorker {
+    let mut config = JobWorkerConfig::new(dsn(), name);
+    config.poll_interval = Duration::from_millis(200);
+    config.heartbeat_interval = Duration::from_millis(50);
+    JobWorker::new(config)
+}
+
+async fn job_state(client: &Client, job_id: &str) -> String {
+    client
+        .query_one(
+            "SELECT state FROM micromegas.mm_job($1::text::uuid)",
+            &[&job_id],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn jobs_from_request_to_done() {
+    let client = admin().await;
+    client
+        .batch_execute("DELETE FROM micromegas.jobs")
+        .await
+        .unwrap();
+    create(&client, "jobs_v", 4000).await;
+
+    // 1. A request is announced, claimed, heartbeaten and finished; every
+    // state change is announced on micromegas_jobs.
+    let (listener, mut connection) = tokio_postgres::connect(&dsn(), NoTls).await.unwrap();
+    let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
+    tokio::spawn(async move {
+        let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+        use futures_util::StreamExt;
+        while let Some(Ok(message)) = messages.next().await {
+            if let tokio_postgres::AsyncMessage::Notification(n) = message {
+                let _ = tx.send(serde_json::from_str(n.payload()).unwrap());
+            }
+        }
+    });
+    listener
+        .batch_execute("LISTEN micromegas_jobs")
+        .await
+        .unwrap();
+    let job_id: String = client
+        .query_one(
+            "SELECT micromegas.mm_refresh_view('jobs_v', params => '{\"sleep_ms\": 120}')::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let beats = Arc::new(Mutex::new(0usize));
+    let ran = {
+        let beats = beats.clone();
+        worker("w-one")
+            .run_once(&client, &move |job, _context: JobContext| {
+                let beats = beats.clone();
+                async move {
+                    assert_eq!(job.view_set_name, "jobs_v");
+                    assert_eq!(job.attempts, 1);
+                    tokio::time::sleep(Duration::from_millis(
+                        job.params["sleep_ms"].as_u64().unwrap(),
+                    ))
+                    .await;
+                    *beats.lock().unwrap() += 1;
+                    JobOutcome::done()
+                }
+            })
+            .await
+            .unwrap()
+    };
+    assert_eq!(
+        ran,
+        Some(Ran::Finished {
+            job_id: job_id.clone(),
+            state: "done".into()
+        })
+    );
+    assert_eq!(job_state(&client, &job_id).await, "done");
+    let mut states = Vec::new();
+    while states.len() < 3 {
+        let note = within("job notifications", notes.recv()).await.unwrap();
+        assert_eq!(note["job_id"], job_id.as_str());
+        assert_eq!(note["kind"], "refresh");
+        assert_eq!(note["view_set_name"], "jobs_v");
+        states.push(note["state"].as_str().unwrap().to_string());
+    }
+    assert_eq!(states, ["queued", "running", "done"]);
+    assert_eq!(*beats.lock().unwrap(), 1);
+
+    // 2. A cancel while the job runs reaches the handler on a heartbeat; the
+    // job ends cancelled.
+    let job_id: String = client
+        .query_one(
+            "SELECT micromegas.mm_refresh_view('jobs_v', '2024-01-01', '2024-01-02')::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let canceller = {
+        let job_id = job_id.clone();
+        tokio::spawn(async move {
+            let client = admin().await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            client
+                .query_one(
+                    "SELECT micromegas.mm_cancel_job($1::text::uuid)",
+                    &[&job_id],
+                )
+                .await
+                .unwrap()
+                .get::<_, String>(0)
+        })
+    };
+    let ran = within(
+        "a cancelled job",
+        worker("w-cancel").run_once(&client, &|_job, mut context: JobContext| async move {
+            context.cancelled().await;
+            JobOutcome::failed("materialize", "stopped on request", false)
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(canceller.await.unwrap(), "cancel_requested");
+    assert_eq!(
+        ran,
+        Some(Ran::Finished {
+            job_id: job_id.clone(),
+            state: "cancelled".into()
+        })
+    );
+
+    // 3. A lost lease stops the handler and reports nothing: the job is
+    // taken over by another claim after the lease ran out.
+    let job_id: String = client
+        .query_one(
+            "SELECT micromegas.mm_refresh_view('jobs_v', '2024-02-01', '2024-02-02')::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let slow = {
+        let mut config = JobWorkerConfig::new(dsn(), "w-slow");
+        config.heartbeat_interval = Duration::from_millis(1500);
+        JobWorker::new(config)
+    };
+    let short_lease = admin().await;
+    short_lease
+        .batch_execute("SET micromegas_views.job_lease = '1s'")
+        .await
+        .unwrap();
+    let takeover = {
+        let job_id = job_id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1300)).await;
+            let client = admin().await;
+            let row = client
+                .query_one(
+                    "SELECT job_id::text, attempts FROM micromegas.mm_claim_job('w-takeover')",
+                    &[],
+                )
+                .await
+                .unwrap();
+            assert_eq!(row.get::<_, String>(0), job_id);
+            assert_eq!(row.get::<_, i32>(1), 2);
+            client
+                .query_one(
+                    "SELECT micromegas.mm_finish_job($1::text::uuid, 'w-takeover', true)",
+                    &[&job_id],
+                )
+                .await
+                .unwrap();
+        })
+    };
+    let ran = within(
+        "a lost lease",
+        slow.run_once(&short_lease, &|_job, _context| async move {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            JobOutcome::done()
+        }),
+    )
+    .await
+    .unwrap();
+    takeover.await.unwrap();
+    assert_eq!(
+        ran,
+        Some(Ran::LeaseLost {
+            job_id: job_id.clone()
+        })
+    );
+    assert_eq!(job_state(&client, &job_id).await, "done");
+
+    // 4. Randomized: 8 workers, 1,000 jobs, some failing retryably. No job
+    // runs twice at once, none is lost, each ends done or failed with the
+    // attempts it was run.
+    client
+        .batch_execute(
+            "SELECT micromegas.mm_refresh_view('jobs_v', '2020-01-01'::timestamptz + i * interval '1 hour',
+                    '2020-01-01'::timestamptz + (i + 1) * interval '1 hour',
+                    jsonb_build_object('fail', i % 7 = 0))
+               FROM generate_series(1, 1000) i",
+        )
+        .await
+        .unwrap();
+    let running: Arc<Mutex<HashSet<String>>> = Arc::default();
+    let runs: Arc<Mutex<HashMap<String, u32>>> = Arc::default();
+    let overlaps = Arc::new(Mutex::new(0u32));
+    let mut workers = Vec::new();
+    for w in 0..8 {
+        let (running, runs, overlaps) = (running.clone(), runs.clone(), overlaps.clone());
+        workers.push(tokio::spawn(async move {
+            let client = admin().await;
+            let me = worker(&format!("w{w}"));
+            let mut seed: u64 = 0x9E37_79B9_7F4A_7C15 ^ (w as u64 + 1);
+            loop {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                let pause = Duration::from_micros(seed % 2000);
+                let (running, runs, overlaps) = (running.clone(), runs.clone(), overlaps.clone());
+                let ran = me
+                    .run_once(&client, &move |job, _context| {
+                        let (running, runs, overlaps) =
+                            (running.clone(), runs.clone(), overlaps.clone());
+                        async move {
+                            if !running.lock().unwrap().insert(job.job_id.clone()) {
+                                *overlaps.lock().unwrap() += 1;
+                            }
+                            *runs.lock().unwrap().entry(job.job_id.clone()).or_default() += 1;
+                            tokio::time::sleep(pause).await;
+                            running.lock().unwrap().remove(&job.job_id);
+                            if job.params["fail"].as_bool().unwrap() {
+                                JobOutcome::failed("materialize", "injected failure", true)
+                            } else {
+                                JobOutcome::done()
+                            }
+                        }
+                    })
+                    .await
+                    .unwrap();
+                if ran.is_none() {
+                    return;
+                }
+            }
+        }));
+    }
+    for w in workers {
+        within("8 workers, 1000 jobs", w).await.unwrap();
+    }
+    assert_eq!(*overlaps.lock().unwrap(), 0, "a job ran twice at once");
+    let rows = client
+        .query(
+            "SELECT job_id::text, state, attempts, params->>'fail' FROM micromegas.jobs
+              WHERE view_set_name = 'jobs_v' AND begin_time >= '2020-01-01' AND begin_time < '2021-01-01'",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1000, "a job was lost");
+    let runs = runs.lock().unwrap();
+    for row in &rows {
+        let (id, state, attempts, fail): (String, String, i32, String) =
+            (row.get(0), row.get(1), row.get(2), row.get(3));
+        let expected = if fail == "true" { "failed" } else { "done" };
+        assert_eq!(state, expected, "job {id}");
+        assert_eq!(
+            runs.get(&id).copied().unwrap_or(0) as i32,
+            attempts,
+            "job {id}"
+        );
+        assert_eq!(attempts, if fail == "true" { 3 } else { 1 }, "job {id}");
+    }
+    drop_view(&client, "jobs_v").await;
+    client
+        .batch_execute("DELETE FROM micromegas.jobs")
+        .await
+        .unwrap();
+}

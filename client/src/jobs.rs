@@ -1,0 +1,264 @@
+//! The maintenance daemon's side of the job queue (`sql/jobs.sql`).
+//!
+//! A [`JobWorker`] LISTENs on `micromegas_jobs` and also polls, claims the
+//! oldest queued job (`mm_claim_job`: `FOR UPDATE SKIP LOCKED`, with a
+//! lease), runs the caller's handler while it heartbeats the lease, and
+//! reports the handler's [`JobOutcome`] with `mm_finish_job`. A cancellation
+//! requested while the job runs reaches the handler through
+//! [`JobContext::cancelled`]; a lease the worker lost (it expired and another
+//! worker took the job) stops the handler and reports nothing.
+
+use crate::connection_config;
+use futures_util::StreamExt;
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+use tokio::sync::{mpsc, watch};
+use tokio_postgres::{AsyncMessage, Client, NoTls};
+
+pub const JOBS_CHANNEL: &str = "micromegas_jobs";
+
+/// A claimed job, as `mm_claim_job` returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub job_id: String,
+    pub kind: String,
+    pub view_set_name: String,
+    /// The insert-time range; `None` is unbounded.
+    pub begin_time: Option<SystemTime>,
+    pub end_time: Option<SystemTime>,
+    pub params: serde_json::Value,
+    /// How many times the job has been claimed, this claim included.
+    pub attempts: i32,
+}
+
+/// What the handler reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobOutcome {
+    pub ok: bool,
+    pub phase: Option<String>,
+    pub message: Option<String>,
+    pub retryable: bool,
+}
+
+impl JobOutcome {
+    pub fn done() -> Self {
+        JobOutcome {
+            ok: true,
+            phase: None,
+            message: None,
+            retryable: false,
+        }
+    }
+
+    pub fn failed(phase: impl Into<String>, message: impl Into<String>, retryable: bool) -> Self {
+        JobOutcome {
+            ok: false,
+            phase: Some(phase.into()),
+            message: Some(message.into()),
+            retryable,
+        }
+    }
+}
+
+/// What the handler can watch while it runs.
+#[derive(Debug, Clone)]
+pub struct JobContext {
+    cancel: watch::Receiver<bool>,
+}
+
+impl JobContext {
+    /// True once a cancellation was requested (seen on a heartbeat).
+    pub fn is_cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
+    /// Resolves when a cancellation is requested.
+    pub async fn cancelled(&mut self) {
+        let _ = self.cancel.wait_for(|c| *c).await;
+    }
+}
+
+/// How one claimed job ended, from this worker's point of view.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ran {
+    /// Reported with `mm_finish_job`; the job's new state (`done`,
+    /// `failed`, `queued` for a retry, `cancelled`).
+    Finished { job_id: String, state: String },
+    /// The lease was lost while the handler ran: the handler was stopped and
+    /// nothing was reported (another worker owns the job now).
+    LeaseLost { job_id: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct JobWorkerConfig {
+    pub dsn: String,
+    /// The name `mm_claim_job` records as the job's worker.
+    pub worker: String,
+    /// Only these kinds (`None`: every kind).
+    pub kinds: Option<Vec<String>>,
+    /// How often the queue is polled even without a notification.
+    pub poll_interval: Duration,
+    /// How often a running job's lease is extended; keep it well under
+    /// `micromegas_views.job_lease` (5 minutes by default).
+    pub heartbeat_interval: Duration,
+}
+
+impl JobWorkerConfig {
+    pub fn new(dsn: impl Into<String>, worker: impl Into<String>) -> Self {
+        JobWorkerConfig {
+            dsn: dsn.into(),
+            worker: worker.into(),
+            kinds: None,
+            poll_interval: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+pub struct JobWorker {
+    config: JobWorkerConfig,
+}
+
+impl JobWorker {
+    pub fn new(config: JobWorkerConfig) -> Self {
+        JobWorker { config }
+    }
+
+    /// Claims one job and runs it to the end; `None` when the queue had
+    /// nothing for this worker.
+    pub async fn run_once<F, Fut>(
+        &self,
+        client: &Client,
+        handler: &F,
+    ) -> Result<Option<Ran>, tokio_postgres::Error>
+    where
+        F: Fn(Job, JobContext) -> Fut,
+        Fut: Future<Output = JobOutcome>,
+    {
+        let rows = client
+            .query(
+                "SELECT job_id::text, kind, view_set_name, begin_time, end_time, params, attempts
+                   FROM micromegas.mm_claim_job($1, $2)",
+                &[&self.config.worker, &self.config.kinds],
+            )
+            .await?;
+        let Some(row) = rows.first() else {
+            return Ok(None);
+        };
+        let job = Job {
+            job_id: row.get(0),
+            kind: row.get(1),
+            view_set_name: row.get(2),
+            begin_time: row.get(3),
+            end_time: row.get(4),
+            params: row.get(5),
+            attempts: row.get(6),
+        };
+        let job_id = job.job_id.clone();
+        tracing::info!(job_id = %job_id, kind = %job.kind, view_set_name = %job.view_set_name,
+                       attempts = job.attempts, worker = %self.config.worker, "micromegas_views: job claimed");
+        let (cancel_tx, cancel_rx) = watch::channel(false);
+        let work = handler(job, JobContext { cancel: cancel_rx });
+        tokio::pin!(work);
+        let mut ticker = tokio::time::interval(self.config.heartbeat_interval);
+        ticker.tick().await;
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut work => break outcome,
+                _ = ticker.tick() => {
+                    let beat = client
+                        .query_one("SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2)",
+                                   &[&job_id, &self.config.worker])
+                        .await;
+                    match beat {
+                        Ok(row) => {
+                            let state: String = row.get(0);
+                            if state == "cancel_requested" && !*cancel_tx.borrow() {
+                                tracing::info!(job_id = %job_id, "micromegas_views: job cancellation requested");
+                                let _ = cancel_tx.send(true);
+                            }
+                        }
+                        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {
+                            tracing::warn!(job_id = %job_id, error = %e, "micromegas_views: job lease lost; stopping");
+                            return Ok(Some(Ran::LeaseLost { job_id }));
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+            }
+        };
+        let state: String = client
+            .query_one(
+                "SELECT micromegas.mm_finish_job($1::text::uuid, $2, $3, $4, $5, $6)",
+                &[
+                    &job_id,
+                    &self.config.worker,
+                    &outcome.ok,
+                    &outcome.phase,
+                    &outcome.message,
+                    &outcome.retryable,
+                ],
+            )
+            .await?
+            .get(0);
+        tracing::info!(job_id = %job_id, state = %state, "micromegas_views: job finished");
+        Ok(Some(Ran::Finished { job_id, state }))
+    }
+
+    /// Runs jobs until `shutdown` resolves: claims while there is work,
+    /// then waits for a notification on `micromegas_jobs` or the poll.
+    /// Returns on shutdown, or with the connection's error (the caller
+    /// decides whether to reconnect).
+    pub async fn run<F, Fut>(
+        &self,
+        handler: F,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), tokio_postgres::Error>
+    where
+        F: Fn(Job, JobContext) -> Fut,
+        Fut: Future<Output = JobOutcome>,
+    {
+        let (client, mut connection) = connection_config(&self.config.dsn)?.connect(NoTls).await?;
+        let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<()>();
+        let driver = tokio::spawn(async move {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            while let Some(message) = messages.next().await {
+                match message {
+                    Ok(AsyncMessage::Notification(n)) if n.channel() == JOBS_CHANNEL => {
+                        // Only a newly queued job is work for a worker.
+                        let queued = serde_json::from_str::<serde_json::Value>(n.payload())
+                            .map(|v| v["state"] == "queued")
+                            .unwrap_or(true);
+                        if queued {
+                            let _ = notify_tx.send(());
+                        }
+                    }
+                    Ok(_) => {}
+                    Err(_) => break,
+                }
+            }
+        });
+        tokio::pin!(shutdown);
+        let result = async {
+            client
+                .batch_execute(&format!("LISTEN {JOBS_CHANNEL}"))
+                .await?;
+            let mut ticker = tokio::time::interval(self.config.poll_interval);
+            loop {
+                // Drain the queue, then wait.
+                while self.run_once(&client, &handler).await?.is_some() {}
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    woke = notify_rx.recv() => if woke.is_none() {
+                        client.simple_query("SELECT 1").await?;
+                        return Ok(());
+                    },
+                    _ = ticker.tick() => {}
+                }
+            }
+        }
+        .await;
+        driver.abort();
+        result
+    }
+}
