@@ -524,7 +524,7 @@ async fn jobs_from_request_to_done() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1000, "a job was lost");
-    let runs = runs.lock().unwrap();
+    let runs = runs.lock().unwrap().clone();
     for row in &rows {
         let (id, state, attempts, fail): (String, String, i32, String) =
             (row.get(0), row.get(1), row.get(2), row.get(3));
