@@ -2,6 +2,9 @@
 -- * partition metadata (sql/partitions.sql, all new): lakehouse_partitions
 --   and temporary_files, listing, retiring, incompatible partitions, the
 --   write path and the atomic swap, the regeneration plan;
+-- * options with_no_data (false: a CREATE queues a refresh; mm_create_view
+--   returns its job_id, one more column) and auto_refresh (carried in
+--   mm_view_set_snapshot, one more column);
 -- * a DROP retires the view's global partitions: mm_drop_view reports how
 --   many and how many bytes (two more result columns); mm_create_view
 --   reports how many partitions do not match the new schema (one more);
@@ -47,6 +50,7 @@ DROP FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, t
 DROP FUNCTION micromegas.mm_drop_view(text);
 DROP FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean);
 DROP FUNCTION micromegas._mm_drop(text, boolean);
+DROP FUNCTION micromegas.mm_view_set_snapshot();
 
 --@new CREATE FUNCTION micromegas.mm_create_view(statement text)
 
@@ -57,6 +61,8 @@ DROP FUNCTION micromegas._mm_drop(text, boolean);
 --@new CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name
 
 --@new CREATE FUNCTION micromegas.mm_drop_view(statement text)
+
+--@new CREATE FUNCTION micromegas.mm_view_set_snapshot()
 
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');

@@ -5,7 +5,7 @@
 -- goes to the table as it is: its BEFORE trigger parses and checks it (one
 -- call into Rust), and turns the INSERT into an UPDATE for a replace.
 CREATE FUNCTION micromegas.mm_create_view(statement text)
-RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -13,11 +13,13 @@ DECLARE
   outcome text;
 BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
   outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
   target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
-  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target)
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid
                  FROM micromegas.catalog_state s;
 END
 $$;
@@ -37,17 +39,20 @@ CREATE FUNCTION micromegas.mm_create_view(
   source_partition_delta text DEFAULT NULL,
   merge_partition_delta text DEFAULT NULL,
   merge_sort_order text DEFAULT NULL,
+  with_no_data boolean DEFAULT NULL,
+  auto_refresh boolean DEFAULT NULL,
   or_replace boolean DEFAULT false)
-RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
     'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
     'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
-    'merge_sort_order', merge_sort_order));
+    'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
   outcome text := 'created';
 BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
   PERFORM micromegas._mm_lock_catalog();
   IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
     IF NOT or_replace THEN
@@ -66,7 +71,8 @@ BEGIN
            (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
     VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
   END IF;
-  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name);
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
 END
 $$;
 
@@ -216,10 +222,12 @@ $$;
 CREATE FUNCTION micromegas.mm_view_set_snapshot()
 RETURNS TABLE (catalog_version bigint, view_set_name text, update_group integer,
                extract_query text, count_src_query text, merge_partitions_query text,
-               view_options jsonb, schema_ipc text, schema_hash bytea, reads text[], updated_at timestamptz)
+               view_options jsonb, schema_ipc text, schema_hash bytea, reads text[], updated_at timestamptz,
+               auto_refresh boolean)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT s.version, d.view_set_name, d.update_group, d.extract_query, d.count_src_query,
-         d.merge_partitions_query, d.view_options, d.schema_ipc, d.schema_hash, d.reads, d.updated_at
+         d.merge_partitions_query, d.view_options, d.schema_ipc, d.schema_hash, d.reads, d.updated_at,
+         coalesce((d.view_options->>'auto_refresh')::boolean, false)
     FROM micromegas.catalog_state s
     LEFT JOIN micromegas.lakehouse_view_set_definitions d ON d.load_status = 'ok'
    ORDER BY d.update_group, d.view_set_name
@@ -341,7 +349,7 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
   'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
-COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean) IS
+COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean, boolean, boolean) IS
   'Create or replace a view set definition from named arguments; stores a canonical statement';
 COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
   'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';

@@ -310,3 +310,27 @@ $$;
 CREATE TRIGGER definitions_cancel_jobs
   AFTER DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_cancel_jobs();
+
+-- with_no_data = false: creating (or replacing) the view also queues a
+-- refresh of everything; mm_create_view returns its id. Not for the
+-- extension's own re-checks, installs or restores.
+CREATE FUNCTION micromegas._mm_definitions_refresh_on_create() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  IF micromegas._mm_installing() OR NEW.load_status <> 'ok'
+     OR pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name
+     OR (pg_catalog.pg_trigger_depth() > 1
+         AND pg_catalog.current_setting('micromegas_views.replacing', true) IS DISTINCT FROM NEW.view_set_name) THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', r.job_id::text, true);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_refresh_on_create
+  AFTER INSERT OR UPDATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW WHEN (NEW.view_options->>'with_no_data' = 'false')
+  EXECUTE FUNCTION micromegas._mm_definitions_refresh_on_create();

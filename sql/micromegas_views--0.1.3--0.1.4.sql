@@ -2,6 +2,9 @@
 -- * partition metadata (sql/partitions.sql, all new): lakehouse_partitions
 --   and temporary_files, listing, retiring, incompatible partitions, the
 --   write path and the atomic swap, the regeneration plan;
+-- * options with_no_data (false: a CREATE queues a refresh; mm_create_view
+--   returns its job_id, one more column) and auto_refresh (carried in
+--   mm_view_set_snapshot, one more column);
 -- * a DROP retires the view's global partitions: mm_drop_view reports how
 --   many and how many bytes (two more result columns); mm_create_view
 --   reports how many partitions do not match the new schema (one more);
@@ -1178,6 +1181,30 @@ CREATE TRIGGER definitions_cancel_jobs
   AFTER DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_cancel_jobs();
 
+-- with_no_data = false: creating (or replacing) the view also queues a
+-- refresh of everything; mm_create_view returns its id. Not for the
+-- extension's own re-checks, installs or restores.
+CREATE FUNCTION micromegas._mm_definitions_refresh_on_create() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  IF micromegas._mm_installing() OR NEW.load_status <> 'ok'
+     OR pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name
+     OR (pg_catalog.pg_trigger_depth() > 1
+         AND pg_catalog.current_setting('micromegas_views.replacing', true) IS DISTINCT FROM NEW.view_set_name) THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', r.job_id::text, true);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER definitions_refresh_on_create
+  AFTER INSERT OR UPDATE ON micromegas.lakehouse_view_set_definitions
+  FOR EACH ROW WHEN (NEW.view_options->>'with_no_data' = 'false')
+  EXECUTE FUNCTION micromegas._mm_definitions_refresh_on_create();
+
 -- The history begins with every definition as it is now.
 INSERT INTO micromegas.lakehouse_view_set_definition_history
   (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
@@ -1320,9 +1347,10 @@ DROP FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, t
 DROP FUNCTION micromegas.mm_drop_view(text);
 DROP FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean);
 DROP FUNCTION micromegas._mm_drop(text, boolean);
+DROP FUNCTION micromegas.mm_view_set_snapshot();
 
 CREATE FUNCTION micromegas.mm_create_view(statement text)
-RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -1330,11 +1358,13 @@ DECLARE
   outcome text;
 BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
   outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
   target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
-  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target)
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid
                  FROM micromegas.catalog_state s;
 END
 $$;
@@ -1351,17 +1381,20 @@ CREATE FUNCTION micromegas.mm_create_view(
   source_partition_delta text DEFAULT NULL,
   merge_partition_delta text DEFAULT NULL,
   merge_sort_order text DEFAULT NULL,
+  with_no_data boolean DEFAULT NULL,
+  auto_refresh boolean DEFAULT NULL,
   or_replace boolean DEFAULT false)
-RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
     'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
     'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
-    'merge_sort_order', merge_sort_order));
+    'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
   outcome text := 'created';
 BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
   PERFORM micromegas._mm_lock_catalog();
   IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
     IF NOT or_replace THEN
@@ -1380,7 +1413,8 @@ BEGIN
            (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
     VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
   END IF;
-  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name);
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
 END
 $$;
 
@@ -1436,6 +1470,20 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION micromegas.mm_view_set_snapshot()
+RETURNS TABLE (catalog_version bigint, view_set_name text, update_group integer,
+               extract_query text, count_src_query text, merge_partitions_query text,
+               view_options jsonb, schema_ipc text, schema_hash bytea, reads text[], updated_at timestamptz,
+               auto_refresh boolean)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT s.version, d.view_set_name, d.update_group, d.extract_query, d.count_src_query,
+         d.merge_partitions_query, d.view_options, d.schema_ipc, d.schema_hash, d.reads, d.updated_at,
+         coalesce((d.view_options->>'auto_refresh')::boolean, false)
+    FROM micromegas.catalog_state s
+    LEFT JOIN micromegas.lakehouse_view_set_definitions d ON d.load_status = 'ok'
+   ORDER BY d.update_group, d.view_set_name
+$$;
+
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definition_history',
@@ -1445,7 +1493,7 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 -- What \df+ shows.
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
   'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
-COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean) IS
+COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean, boolean, boolean) IS
   'Create or replace a view set definition from named arguments; stores a canonical statement';
 COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
   'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';

@@ -45,6 +45,8 @@ pub struct ViewDefinition {
     pub schema_ipc: String,
     pub schema_hash: Vec<u8>,
     pub reads: Vec<String>,
+    /// The view's `auto_refresh` option: the daemon keeps it refreshed by itself.
+    pub auto_refresh: bool,
 }
 
 /// Every loadable definition at one catalog version, ordered by
@@ -70,7 +72,7 @@ pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::
     let rows = client
         .query(
             "SELECT catalog_version, view_set_name, update_group, extract_query, count_src_query, \
-             merge_partitions_query, view_options, schema_ipc, schema_hash, reads \
+             merge_partitions_query, view_options, schema_ipc, schema_hash, reads, auto_refresh \
              FROM micromegas.mm_view_set_snapshot()",
             &[],
         )
@@ -90,6 +92,7 @@ pub async fn load_snapshot(client: &Client) -> Result<Snapshot, tokio_postgres::
             schema_ipc: row.get(7),
             schema_hash: row.get(8),
             reads: row.get(9),
+            auto_refresh: row.get(10),
         });
     }
     Ok(snapshot)

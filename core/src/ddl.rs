@@ -80,6 +80,8 @@ pub enum Literal {
     String(String),
     /// An integer literal as written, with its sign.
     Integer(String),
+    /// `true` or `false`.
+    Boolean(bool),
 }
 
 impl Literal {
@@ -87,6 +89,7 @@ impl Literal {
         match self {
             Literal::String(_) => "a string",
             Literal::Integer(_) => "an integer",
+            Literal::Boolean(_) => "a boolean",
         }
     }
 }
@@ -281,7 +284,17 @@ impl Parser {
             }
             Some(Token::SingleQuotedString(s)) if !negative => Literal::String(s.clone()),
             Some(Token::DollarQuotedString(s)) if !negative => Literal::String(s.value.clone()),
-            _ => return Err(self.unexpected("a string or integer literal")),
+            Some(Token::Word(w))
+                if !negative && w.quote_style.is_none() && w.keyword == Keyword::TRUE =>
+            {
+                Literal::Boolean(true)
+            }
+            Some(Token::Word(w))
+                if !negative && w.quote_style.is_none() && w.keyword == Keyword::FALSE =>
+            {
+                Literal::Boolean(false)
+            }
+            _ => return Err(self.unexpected("a string, integer or boolean literal")),
         };
         self.pos += 1;
         Ok(literal)
@@ -443,7 +456,7 @@ mod tests {
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = b)").unwrap_err();
         assert_eq!(
             e.message,
-            "syntax error at or near \"b\": expected a string or integer literal"
+            "syntax error at or near \"b\": expected a string, integer or boolean literal"
         );
 
         let e = parse("SELECT 1").unwrap_err();

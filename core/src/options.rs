@@ -42,6 +42,26 @@ pub struct ViewOptions {
     pub source_partition_delta: String,
     pub merge_partition_delta: String,
     pub merge_sort_order: Option<Vec<String>>,
+    /// False: creating the view also queues a refresh of everything.
+    /// Stored only when false, so rows written before it existed read the same.
+    #[serde(default = "yes", skip_serializing_if = "is_true")]
+    pub with_no_data: bool,
+    /// Whether the daemon keeps the view refreshed on its own (the
+    /// snapshot carries it). Stored only when true.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub auto_refresh: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// How an option's value is written in a statement and checked.
@@ -57,6 +77,8 @@ pub enum OptionKind {
     Delta,
     /// A comma-separated list of distinct output columns.
     SortOrder,
+    /// `true` or `false` (also written as a string).
+    Flag,
 }
 
 impl OptionKind {
@@ -64,6 +86,7 @@ impl OptionKind {
     pub fn sql_type(self) -> &'static str {
         match self {
             OptionKind::Group => "integer",
+            OptionKind::Flag => "boolean",
             _ => "text",
         }
     }
@@ -158,6 +181,20 @@ pub const OPTIONS: &[OptionSpec] = &[
         default: Some("none (unsorted)"),
         own_column: false,
         doc: "Output columns a merged partition is sorted by.",
+    },
+    OptionSpec {
+        name: "with_no_data",
+        kind: OptionKind::Flag,
+        default: Some("true"),
+        own_column: false,
+        doc: "False: creating (or replacing) the view also queues a refresh of everything, and `mm_create_view` returns its `job_id` (seed 004).",
+    },
+    OptionSpec {
+        name: "auto_refresh",
+        kind: OptionKind::Flag,
+        default: Some("false"),
+        own_column: false,
+        doc: "Whether the daemon keeps the view refreshed by itself; stored and carried in `mm_view_set_snapshot()` (seed 004).",
     },
 ];
 
@@ -340,6 +377,15 @@ impl OptionValues {
             }
             let text = match (spec.kind, &option.value) {
                 (OptionKind::Group, value) => parse_group(value)?.to_string(),
+                (OptionKind::Flag, Literal::Boolean(b)) => b.to_string(),
+                (OptionKind::Flag, Literal::String(text)) => text.clone(),
+                (OptionKind::Flag, value) => {
+                    return Err(Error::option(format!(
+                        "option \"{}\" must be true or false, not {}",
+                        spec.name,
+                        value.describe()
+                    )))
+                }
                 (_, Literal::String(text)) => text.clone(),
                 (_, value) => {
                     return Err(Error::option(format!(
@@ -388,6 +434,7 @@ impl OptionValues {
             let spec = &OPTIONS[i];
             values.values[i] = match (spec.kind, value) {
                 (_, serde_json::Value::Null) => None,
+                (OptionKind::Flag, serde_json::Value::Bool(b)) => Some(b.to_string()),
                 (_, serde_json::Value::String(s)) => Some(s.clone()),
                 (OptionKind::SortOrder, serde_json::Value::Array(items)) => {
                     let columns: Option<Vec<&str>> = items.iter().map(|c| c.as_str()).collect();
@@ -483,6 +530,8 @@ impl OptionValues {
         let merge_sort_order = self
             .take("merge_sort_order")
             .map(|s| s.split(", ").map(str::to_string).collect());
+        let with_no_data = self.take("with_no_data").is_none_or(|v| v == "true");
+        let auto_refresh = self.take("auto_refresh").is_some_and(|v| v == "true");
         let mut query = |name| self.take(name).expect("required, checked above");
         Ok(Definition {
             name: name.to_string(),
@@ -496,6 +545,8 @@ impl OptionValues {
                 source_partition_delta,
                 merge_partition_delta,
                 merge_sort_order,
+                with_no_data,
+                auto_refresh,
             },
         })
     }
@@ -511,6 +562,14 @@ fn check_value(kind: OptionKind, option: &str, text: String) -> Result<String> {
         OptionKind::Column => column_name(text, option),
         OptionKind::Delta => parse_delta(&text, option),
         OptionKind::SortOrder => Ok(parse_sort_order(&text)?.join(", ")),
+        OptionKind::Flag => match text.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok("true".into()),
+            "false" => Ok("false".into()),
+            _ => Err(
+                Error::option(format!("invalid value for option \"{option}\": \"{text}\""))
+                    .with_hint("Write true or false."),
+            ),
+        },
     }
 }
 
@@ -556,6 +615,10 @@ impl Definition {
             "source_partition_delta" => Some(quote(&o.source_partition_delta)),
             "merge_partition_delta" => Some(quote(&o.merge_partition_delta)),
             "merge_sort_order" => o.merge_sort_order.as_ref().map(|c| quote(&c.join(", "))),
+            // Only what differs from the default, so statements written
+            // before these options existed render the same.
+            "with_no_data" => (!o.with_no_data).then(|| "false".to_string()),
+            "auto_refresh" => o.auto_refresh.then(|| "true".to_string()),
             other => unreachable!("option {other} has no rendering"),
         }
     }
@@ -595,6 +658,9 @@ fn parse_group(value: &Literal) -> Result<i32> {
             "option \"update_group\" must be an integer, not a string ('{s}')"
         ))
         .with_hint("Write the number without quotes, e.g. update_group = 4000.")),
+        Literal::Boolean(b) => Err(Error::option(format!(
+            "option \"update_group\" must be an integer, not {b}"
+        ))),
     }
 }
 
@@ -1002,6 +1068,82 @@ mod tests {
 mod table_tests {
     use super::*;
 
+    fn create(options: &str) -> Result<Definition> {
+        let text = format!(
+            "CREATE MATERIALIZED VIEW v WITH (extract_query = 'SELECT 1', count_src_query = 'SELECT 1', \
+             merge_partitions_query = 'SELECT 1', update_group = 1, time_column = 't'{options})"
+        );
+        match crate::ddl::parse(&text)? {
+            crate::ddl::Statement::Create(c) => Definition::from_statement(&c),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// with_no_data and auto_refresh: keywords or strings, defaults kept
+    /// out of the stored forms, non-defaults rendered and read back.
+    #[test]
+    fn flags_parse_render_and_store() {
+        let plain = create("").unwrap();
+        assert!(plain.options.with_no_data && !plain.options.auto_refresh);
+        assert!(!plain.render(false).contains("with_no_data"));
+        assert!(!plain.render(false).contains("auto_refresh"));
+        assert_eq!(plain.view_options_json().get("with_no_data"), None);
+        assert_eq!(plain.view_options_json().get("auto_refresh"), None);
+
+        let flagged = create(", with_no_data = false, auto_refresh = TRUE").unwrap();
+        assert!(!flagged.options.with_no_data && flagged.options.auto_refresh);
+        let json = flagged.view_options_json();
+        assert_eq!(json["with_no_data"], false);
+        assert_eq!(json["auto_refresh"], true);
+        let rendered = flagged.render(false);
+        assert!(
+            rendered.contains("with_no_data           = false"),
+            "{rendered}"
+        );
+        assert!(
+            rendered.contains("auto_refresh           = true"),
+            "{rendered}"
+        );
+        match crate::ddl::parse(&rendered).unwrap() {
+            crate::ddl::Statement::Create(c) => {
+                assert_eq!(Definition::from_statement(&c).unwrap(), flagged)
+            }
+            other => panic!("{other:?}"),
+        }
+        let from_row = Definition::from_row(
+            "v",
+            Some("SELECT 1".into()),
+            Some("SELECT 1".into()),
+            Some("SELECT 1".into()),
+            Some(1),
+            Some(&json),
+        )
+        .unwrap();
+        assert_eq!(from_row, flagged);
+
+        assert!(
+            !create(", with_no_data = 'False'")
+                .unwrap()
+                .options
+                .with_no_data
+        );
+        let e = create(", with_no_data = 1").unwrap_err();
+        assert_eq!(
+            e.message,
+            "option \"with_no_data\" must be true or false, not an integer"
+        );
+        let e = create(", auto_refresh = 'sometimes'").unwrap_err();
+        assert_eq!(
+            e.message,
+            "invalid value for option \"auto_refresh\": \"sometimes\""
+        );
+        let e = create(", update_group = true").unwrap_err();
+        assert!(
+            e.message.contains("more than once") || e.message.contains("integer"),
+            "{e}"
+        );
+    }
+
     /// The README's option table is this module's, word for word.
     #[test]
     fn the_readme_table_is_the_option_table() {
@@ -1021,7 +1163,7 @@ mod table_tests {
 
     #[test]
     fn every_option_renders_and_maps() {
-        assert_eq!(OPTIONS.len(), 10);
+        assert_eq!(OPTIONS.len(), 12);
         for spec in OPTIONS {
             assert_eq!(option_spec(spec.name).unwrap().name, spec.name);
             assert!(named_arguments_sql().contains(spec.name));

@@ -119,7 +119,37 @@ SELECT micromegas.mm_heartbeat_job(:'j6', 'w1');
 SELECT micromegas.mm_finish_job(:'j6', 'w1', false, 'write', 'view dropped');
 SELECT state, count(*) FROM micromegas.list_jobs() GROUP BY 1 ORDER BY 1;
 
--- 8. Who may do what: readers see jobs; admins request and cancel; the
+-- 8. with_no_data = false: the CREATE also queues a refresh of everything
+-- and returns its id; a REPLACE while it is queued returns the same job.
+-- auto_refresh is stored and carried in the snapshot. Defaults: no job.
+SELECT job_id AS j8 FROM micromegas.mm_create_view(format($$CREATE MATERIALIZED VIEW j_now WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time', with_no_data = false, auto_refresh = true)$$, :'blocks_count')) \gset
+SELECT kind, view_set_name, begin_time, end_time, state FROM micromegas.mm_job(:'j8');
+SELECT status, job_id = :'j8' AS same_job FROM micromegas.mm_create_view(format($$CREATE OR REPLACE MATERIALIZED VIEW j_now WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries WHERE level < 5',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time', with_no_data = 'false', auto_refresh = true)$$, :'blocks_count'));
+SELECT view_options->'with_no_data' AS with_no_data, view_options->'auto_refresh' AS auto_refresh,
+       definition_sql ~ 'with_no_data\s+= false' AND definition_sql ~ 'auto_refresh\s+= true' AS rendered
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'j_now';
+SELECT view_set_name, auto_refresh FROM micromegas.mm_view_set_snapshot() WHERE view_set_name LIKE 'j\_%';
+SELECT status, job_id IS NULL AS no_job FROM micromegas.mm_create_view(name => 'j_named',
+  extract_query => 'SELECT time, process_id FROM log_entries', count_src_query => 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query => 'SELECT time, process_id FROM {source}', update_group => 4000, time_column => 'time');
+SELECT status, job_id IS NOT NULL AS queued FROM micromegas.mm_create_view(name => 'j_named',
+  extract_query => 'SELECT time, process_id FROM log_entries', count_src_query => 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query => 'SELECT time, process_id FROM {source}', update_group => 4000, time_column => 'time',
+  with_no_data => false, or_replace => true);
+SELECT * FROM mmv_try($t$SELECT * FROM micromegas.mm_create_view($$CREATE MATERIALIZED VIEW j_bad WITH (
+  extract_query = 'SELECT time FROM log_entries', count_src_query = 'SELECT count(*) AS count FROM blocks',
+  merge_partitions_query = 'SELECT time FROM {source}', update_group = 4000, time_column = 'time', with_no_data = 0)$$)$t$);
+SELECT count(*) FROM micromegas.mm_drop_view('j_now');
+SELECT count(*) FROM micromegas.mm_drop_view('j_named');
+DELETE FROM micromegas.jobs;
+
+-- 9. Who may do what: readers see jobs; admins request and cancel; the
 -- services' workers claim and finish; nobody writes the table directly.
 SELECT status FROM micromegas.mm_create_view(format($$CREATE MATERIALIZED VIEW j_v WITH (
   extract_query = 'SELECT time, process_id, level FROM log_entries',
