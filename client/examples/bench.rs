@@ -212,6 +212,7 @@ async fn main() {
     fill_partitions(&connect(&dsn).await, partitions).await;
     for (repeat, rows) in runs.iter_mut().enumerate() {
         rows.extend(partition_rows(&dsn, rounds, repeat, partitions).await);
+        rows.extend(job_rows(&dsn, rounds).await);
     }
     println!(
         "| measurement | figure | native baseline | baseline | ratio (median of {repeats}) | ratio spread (min – max) |"
@@ -770,6 +771,134 @@ async fn partition_rows(dsn: &str, rounds: usize, repeat: usize, total: i64) -> 
         .batch_execute(
             "DELETE FROM micromegas.temporary_files WHERE file_path LIKE 's3://bench/new/%'",
         )
+        .await
+        .unwrap();
+    rows
+}
+
+/// The job queue: 8 workers draining 2,000 jobs (claim + finish each)
+/// against the same loop over a bare `FOR UPDATE SKIP LOCKED` table; and
+/// CREATE with the history trigger against CREATE without it.
+async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
+    const JOBS: i64 = 2000;
+    const WORKERS: usize = 8;
+    let client = connect(dsn).await;
+    client
+        .batch_execute(
+            "DELETE FROM micromegas.jobs;
+             DROP TABLE IF EXISTS bench_queue;
+             CREATE TABLE bench_queue (id bigserial PRIMARY KEY, state text NOT NULL DEFAULT 'queued',
+                                       worker text, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+             CREATE INDEX ON bench_queue (created_at) WHERE state = 'queued';",
+        )
+        .await
+        .unwrap();
+    async fn drain(dsn: &str, claim: &'static str, finish: &'static str) -> Duration {
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..WORKERS {
+            let dsn = dsn.to_string();
+            tasks.push(tokio::spawn(async move {
+                let client = connect(&dsn).await;
+                let worker = format!("bench-{w}");
+                let claim = client.prepare(claim).await.unwrap();
+                let finish = client.prepare(finish).await.unwrap();
+                loop {
+                    let rows = client.query(&claim, &[&worker]).await.unwrap();
+                    let Some(row) = rows.first() else { return };
+                    let id: String = row.get(0);
+                    client.execute(&finish, &[&id, &worker]).await.unwrap();
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        start.elapsed()
+    }
+    client
+        .batch_execute(&format!(
+            "SELECT micromegas.mm_refresh_view('log_entries', '2020-01-01'::timestamptz + i * interval '1 hour',
+                    '2020-01-01'::timestamptz + (i + 1) * interval '1 hour') FROM generate_series(1, {JOBS}) i;
+             INSERT INTO bench_queue (state) SELECT 'queued' FROM generate_series(1, {JOBS});
+             VACUUM ANALYZE bench_queue"
+        ))
+        .await
+        .unwrap();
+    let ours = drain(
+        dsn,
+        "SELECT job_id::text FROM micromegas.mm_claim_job($1)",
+        "SELECT micromegas.mm_finish_job($1::text::uuid, $2, true)",
+    )
+    .await;
+    let bare = drain(
+        dsn,
+        "UPDATE bench_queue q SET state = 'running', worker = $1
+          WHERE q.id = (SELECT x.id FROM bench_queue x WHERE x.state = 'queued' ORDER BY x.created_at
+                         LIMIT 1 FOR UPDATE SKIP LOCKED)
+         RETURNING q.id::text",
+        "UPDATE bench_queue SET state = 'done' WHERE id = $1::text::bigint AND worker = $2",
+    )
+    .await;
+    let done: i64 = client
+        .query_one("SELECT count(*) FROM micromegas.jobs WHERE state = 'done'", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(done, JOBS, "every job done exactly once");
+    let per_job = |d: Duration| d.as_secs_f64() * 1000.0 / JOBS as f64;
+    let mut rows = vec![Row {
+        what: format!(
+            "job claim + finish, {WORKERS} workers, {JOBS} jobs ({:.0} jobs/s)",
+            JOBS as f64 / ours.as_secs_f64()
+        ),
+        figure: per_job(ours),
+        baseline_what: format!(
+            "bare FOR UPDATE SKIP LOCKED queue ({:.0} jobs/s)",
+            JOBS as f64 / bare.as_secs_f64()
+        ),
+        baseline: per_job(bare),
+        unit: "ms/job",
+    }];
+    // CREATE with and without the history trigger, alternating in batches.
+    let statements = |prefix: &str| -> Vec<String> {
+        (0..rounds)
+            .map(|i| {
+                format!(
+                    "SELECT micromegas.mm_create_view($mm${}$mm$)",
+                    definition(&format!("{prefix}_{i}"), false)
+                )
+            })
+            .collect()
+    };
+    let drops = |prefix: &str| {
+        format!("DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE '{prefix}\\_%'")
+    };
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for half in 0..2 {
+        with.extend(time_each(&client, &statements(&format!("hist_on{half}"))).await);
+        client
+            .batch_execute("ALTER TABLE micromegas.lakehouse_view_set_definitions DISABLE TRIGGER definitions_0_history")
+            .await
+            .unwrap();
+        without.extend(time_each(&client, &statements(&format!("hist_off{half}"))).await);
+        client
+            .batch_execute("ALTER TABLE micromegas.lakehouse_view_set_definitions ENABLE TRIGGER definitions_0_history")
+            .await
+            .unwrap();
+    }
+    for prefix in ["hist_on0", "hist_on1", "hist_off0", "hist_off1"] {
+        client.batch_execute(&drops(prefix)).await.unwrap();
+    }
+    rows.push(Row {
+        what: "mm_create_view (CREATE) with the history trigger p50".into(),
+        figure: percentile(&mut with, 0.5),
+        baseline_what: "the same with the trigger disabled p50".into(),
+        baseline: percentile(&mut without, 0.5),
+        unit: "ms",
+    });
+    client
+        .batch_execute("DELETE FROM micromegas.jobs; DROP TABLE bench_queue;")
         .await
         .unwrap();
     rows
