@@ -51,12 +51,12 @@ suites() {
     --host="$PGHOST" --port="$PGPORT" --user=postgres --dbname=mmv_isolation \
     --load-extension=btree_gist --load-extension=micromegas_views \
     $isolation_tests) || failed=$((failed + 1))
-  echo "== [PostgreSQL $MMV_PG] client and CLI integration tests"
+  echo "== [PostgreSQL $MMV_PG] client, CLI and REST endpoint integration tests"
   psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_client" -c "CREATE DATABASE mmv_client"
   psql -X -q -d mmv_client -c "$MMV_INSTALL_SQL"
   MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
-    cargo test -p micromegas_views_client -p micromegas_views_cli \
-      --features micromegas_views_client/integration,micromegas_views_cli/integration || failed=$((failed + 1))
+    cargo test -p micromegas_views_client -p micromegas_views_cli -p micromegas_views_server \
+      --features micromegas_views_client/integration,micromegas_views_cli/integration,micromegas_views_server/integration || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] randomized DDL stress (scripts/stress.sh 4 50)"
   "$here/stress.sh" 4 50 || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] pg_dump / pg_restore round trip"

@@ -820,9 +820,12 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
         .batch_execute(&format!(
             "SELECT micromegas.mm_refresh_view('log_entries', '2020-01-01'::timestamptz + i * interval '1 hour',
                     '2020-01-01'::timestamptz + (i + 1) * interval '1 hour') FROM generate_series(1, {JOBS}) i;
-             INSERT INTO bench_queue (state) SELECT 'queued' FROM generate_series(1, {JOBS});
-             VACUUM ANALYZE bench_queue"
+             INSERT INTO bench_queue (state) SELECT 'queued' FROM generate_series(1, {JOBS});"
         ))
+        .await
+        .unwrap();
+    client
+        .batch_execute("VACUUM ANALYZE bench_queue, micromegas.jobs")
         .await
         .unwrap();
     let ours = drain(
@@ -841,7 +844,10 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
     )
     .await;
     let done: i64 = client
-        .query_one("SELECT count(*) FROM micromegas.jobs WHERE state = 'done'", &[])
+        .query_one(
+            "SELECT count(*) FROM micromegas.jobs WHERE state = 'done'",
+            &[],
+        )
         .await
         .unwrap()
         .get(0);

@@ -1,0 +1,193 @@
+//! The Lance Namespace materialized-view REST operations (seed 004) over
+//! the extension's SQL functions. Every request runs in one transaction as
+//! the Postgres role its API key maps to (`SET LOCAL ROLE`), with the key's
+//! name as `micromegas_views.actor`: Postgres privileges decide what a key
+//! may do, and the extension's triggers check every write, as for any other
+//! client. The service itself holds no rule.
+
+mod errors;
+mod ids;
+mod routes;
+
+pub use errors::ApiError;
+pub use ids::resolve_id;
+
+use axum::http::HeaderName;
+use axum::Router;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::TimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// One API key: its name (recorded as the actor), the secret, and the
+/// Postgres role its requests run as.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKey {
+    pub name: String,
+    pub key: String,
+    pub role: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyFile {
+    pub keys: Vec<ApiKey>,
+}
+
+impl KeyFile {
+    /// Reads and checks a key file: at least one key, names and secrets
+    /// non-empty and unique.
+    pub fn load(path: &std::path::Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
+        let file: KeyFile = serde_json::from_str(&text)
+            .map_err(|e| format!("key file {} is not valid: {e}", path.display()))?;
+        if file.keys.is_empty() {
+            return Err(format!("key file {} has no key", path.display()));
+        }
+        let mut names = std::collections::HashSet::new();
+        let mut secrets = std::collections::HashSet::new();
+        for k in &file.keys {
+            if k.name.trim().is_empty() || k.key.len() < 16 || k.role.trim().is_empty() {
+                return Err(format!(
+                    "key file {}: every key needs a name, a role and a secret of at least 16 characters",
+                    path.display()
+                ));
+            }
+            if !names.insert(k.name.clone()) || !secrets.insert(k.key.clone()) {
+                return Err(format!(
+                    "key file {}: key names and secrets must be unique",
+                    path.display()
+                ));
+            }
+        }
+        Ok(file)
+    }
+}
+
+/// Who a request runs as.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The key's name (`micromegas_views.actor`).
+    pub actor: String,
+    /// The role to `SET LOCAL ROLE` to; `None` without authentication.
+    pub role: Option<String>,
+}
+
+pub struct Config {
+    /// The namespace the view names live in (`micromegas`): an identifier
+    /// may name it before the view, or name only the view.
+    pub namespace: Vec<String>,
+    /// `None`: no authentication (only with `--insecure-no-auth`).
+    pub keys: Option<KeyFile>,
+    /// Each request's statements are cancelled past this.
+    pub statement_timeout: Duration,
+    /// The whole request is answered (408) past this.
+    pub request_timeout: Duration,
+    pub body_limit: usize,
+}
+
+pub struct AppState {
+    pub pool: Pool,
+    pub namespace: Vec<String>,
+    keys: Option<HashMap<String, ApiKey>>,
+    pub statement_timeout: Duration,
+}
+
+impl AppState {
+    /// The identity of a presented secret, if any key has it.
+    pub fn identity_for(&self, secret: Option<&str>) -> Result<Identity, &'static str> {
+        let Some(keys) = &self.keys else {
+            return Ok(Identity {
+                actor: "anonymous".into(),
+                role: None,
+            });
+        };
+        let secret =
+            secret.ok_or("missing credentials: send Authorization: Bearer <key> or x-api-key")?;
+        // Every key is compared, in constant time each, whatever matches.
+        let mut found = None;
+        for key in keys.values() {
+            if constant_time_eq(key.key.as_bytes(), secret.as_bytes()) {
+                found = Some(key);
+            }
+        }
+        found
+            .map(|k| Identity {
+                actor: k.name.clone(),
+                role: Some(k.role.clone()),
+            })
+            .ok_or("invalid API key")
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// A pool of connections configured like the CLI's (a libpq-style string,
+/// the libpq environment for what it leaves unset).
+pub fn pool(dsn: &str, size: usize) -> Result<Pool, String> {
+    let config = micromegas_views_client::connection_config(dsn)
+        .map_err(|e| format!("invalid --dsn: {e}"))?;
+    let manager = Manager::from_config(
+        config,
+        tokio_postgres::NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| format!("cannot build the connection pool: {e}"))
+}
+
+/// The service: routes, request ids (also each error's `instance`),
+/// structured request logs, a body limit, timeouts, and panics answered as
+/// a 500 instead of a dropped connection.
+pub fn app(pool: Pool, config: Config) -> Router {
+    let keys = config
+        .keys
+        .map(|f| f.keys.into_iter().map(|k| (k.name.clone(), k)).collect());
+    let state = Arc::new(AppState {
+        pool,
+        namespace: config.namespace,
+        keys,
+        statement_timeout: config.statement_timeout,
+    });
+    let request_id = HeaderName::from_static(REQUEST_ID);
+    routes::router(config.body_limit)
+        .with_state(state)
+        .layer(CatchPanicLayer::custom(errors::panic_response))
+        .layer(TimeoutLayer::with_status_code(
+            axum::http::StatusCode::REQUEST_TIMEOUT,
+            config.request_timeout,
+        ))
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                let id = request
+                    .headers()
+                    .get(REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-");
+                tracing::info_span!("request", method = %request.method(), uri = %request.uri(), request_id = %id)
+            }),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}

@@ -1,0 +1,718 @@
+//! The routes. Each handler: who is calling (auth), the identifier, the
+//! body (parsed here, so a malformed one gets an `ErrorResponse`), then one
+//! transaction of calls to the extension's SQL functions.
+
+use crate::errors::{ApiError, Code};
+use crate::ids::{resolve_id, resolve_namespace};
+use crate::{AppState, Identity};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use micromegas_views_core::schema;
+use micromegas_views_core::{Definition, Statement};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+type Shared = Arc<AppState>;
+type Answer = Result<(StatusCode, Json<Value>), ApiError>;
+
+pub fn router(body_limit: usize) -> Router<Shared> {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/v1/materialized_view/{id}/create", post(create))
+        .route("/v1/materialized_view/{id}/refresh", post(refresh))
+        .route("/v1/materialized_view/{id}/describe", post(describe))
+        .route("/v1/materialized_view/{id}/drop", post(drop_view))
+        .route("/v1/namespace/{id}/materialized_view/list", get(list))
+        .route("/v1/jobs/describe", post(describe_job))
+        .route("/v1/jobs/cancel", post(cancel_job))
+        .route("/v1/jobs/list", post(list_jobs))
+        .fallback(not_found)
+        .layer(DefaultBodyLimit::max(body_limit))
+}
+
+/// Who calls, and the request id every error carries as its `instance`.
+pub struct Caller {
+    identity: Identity,
+    request_id: String,
+}
+
+impl FromRequestParts<Shared> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Shared) -> Result<Self, ApiError> {
+        let request_id = request_id(parts);
+        let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+        let secret = header("authorization")
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .or_else(|| header("x-api-key"))
+            .map(str::trim);
+        let identity = state.identity_for(secret).map_err(|why| {
+            ApiError::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, why).at(&request_id)
+        })?;
+        Ok(Caller {
+            identity,
+            request_id,
+        })
+    }
+}
+
+fn request_id(parts: &Parts) -> String {
+    parts
+        .headers
+        .get(crate::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string()
+}
+
+impl Caller {
+    fn err(&self, e: ApiError) -> ApiError {
+        e.at(&self.request_id)
+    }
+
+    fn db(&self, e: tokio_postgres::Error) -> ApiError {
+        ApiError::from_db(&e).at(&self.request_id)
+    }
+
+    /// The request's transaction, as the key's role, its name as the actor,
+    /// with the service's statement timeout.
+    async fn begin<'a>(
+        &self,
+        state: &AppState,
+        client: &'a mut deadpool_postgres::Object,
+    ) -> Result<deadpool_postgres::Transaction<'a>, ApiError> {
+        let tx = client.transaction().await.map_err(|e| self.db(e))?;
+        let timeout = format!("{}ms", state.statement_timeout.as_millis());
+        tx.execute(
+            "SELECT set_config('micromegas_views.actor', $1, true), set_config('statement_timeout', $2, true)",
+            &[&self.identity.actor, &timeout],
+        )
+        .await
+        .map_err(|e| self.db(e))?;
+        if let Some(role) = &self.identity.role {
+            tx.execute("SELECT set_config('role', $1, true)", &[role])
+                .await
+                .map_err(|e| self.db(e))?;
+        }
+        Ok(tx)
+    }
+
+    async fn connection(&self, state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
+        state
+            .pool
+            .get()
+            .await
+            .map_err(|e| ApiError::from_pool(e).at(&self.request_id))
+    }
+
+    fn body<T: serde::de::DeserializeOwned>(
+        &self,
+        body: Result<Bytes, BytesRejection>,
+    ) -> Result<T, ApiError> {
+        let bytes = body.map_err(|rejection| {
+            let status = rejection.status();
+            self.err(ApiError::new(
+                status,
+                Code::InvalidInput,
+                rejection.body_text(),
+            ))
+        })?;
+        let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+            b"{}"
+        } else {
+            &bytes
+        };
+        serde_json::from_slice(bytes).map_err(|e| {
+            self.err(
+                ApiError::invalid("the request body is not valid JSON for this operation")
+                    .with_detail(e.to_string()),
+            )
+        })
+    }
+
+    fn view(
+        &self,
+        state: &AppState,
+        id: &str,
+        query: &HashMap<String, String>,
+    ) -> Result<String, ApiError> {
+        resolve_id(
+            id,
+            query.get("delimiter").map(String::as_str),
+            &state.namespace,
+        )
+        .map_err(|e| self.err(e))
+    }
+}
+
+async fn not_found(parts: Parts) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        Code::Unsupported,
+        format!("no operation at {} {}", parts.method, parts.uri.path()),
+    )
+    .at(&request_id(&parts))
+}
+
+async fn healthz(State(state): State<Shared>) -> Answer {
+    let check = async {
+        let client = state.pool.get().await.map_err(ApiError::from_pool)?;
+        client
+            .simple_query("SELECT 1")
+            .await
+            .map_err(|e| ApiError::from_db(&e))?;
+        Ok::<_, ApiError>(())
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(3), check).await {
+        Ok(Ok(())) => Ok((StatusCode::OK, Json(json!({"status": "ok"})))),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Code::ServiceUnavailable,
+            "the database did not answer within 3 s",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct CreateRequest {
+    kind: Option<String>,
+    source_query: Option<String>,
+    output_schema: Option<String>,
+    with_no_data: Option<bool>,
+    auto_refresh: Option<bool>,
+    id: Option<Vec<String>>,
+    context: Option<Value>,
+    // Accepted, not used: the caller's identity is its API key.
+    #[allow(dead_code)]
+    identity: Option<Value>,
+    #[allow(dead_code)]
+    udtf_spec: Option<Value>,
+}
+
+/// The definition a request's `source_query` describes: the DDL statement,
+/// or a JSON object of the options (the three queries, update_group, …).
+fn definition(name: &str, source: &str) -> Result<Definition, ApiError> {
+    if source.trim_start().starts_with('{') {
+        let object: serde_json::Map<String, Value> = serde_json::from_str(source).map_err(|e| {
+            ApiError::invalid("source_query is not a valid JSON object of options")
+                .with_detail(e.to_string())
+        })?;
+        let text = |key: &str| object.get(key).and_then(Value::as_str).map(str::to_string);
+        let update_group =
+            match object.get("update_group") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(v.as_i64().and_then(|g| i32::try_from(g).ok()).ok_or_else(
+                    || ApiError::invalid(format!("update_group must be a 32-bit integer, not {v}")),
+                )?),
+            };
+        let mut options = serde_json::Map::new();
+        for (key, value) in &object {
+            match key.as_str() {
+                "extract_query" | "count_src_query" | "merge_partitions_query" | "update_group" => {
+                }
+                _ => {
+                    options.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        return Definition::from_row(
+            name,
+            text("extract_query"),
+            text("count_src_query"),
+            text("merge_partitions_query"),
+            update_group,
+            Some(&Value::Object(options)),
+        )
+        .map_err(ApiError::from_core);
+    }
+    match micromegas_views_core::parse(source).map_err(ApiError::from_core)? {
+        Statement::Create(statement) if statement.name == name => {
+            Definition::from_statement(&statement).map_err(ApiError::from_core)
+        }
+        Statement::Create(statement) => Err(ApiError::invalid(format!(
+            "source_query creates \"{}\", but the identifier names \"{name}\"",
+            statement.name
+        ))),
+        Statement::Drop(_) => Err(ApiError::invalid(
+            "source_query must be a CREATE MATERIALIZED VIEW statement or a JSON object of options",
+        )),
+    }
+}
+
+/// The first difference between the schema a client expects and the one
+/// the view produces: a field's name, type or nullability, or a field one
+/// side lacks.
+fn first_difference(expected: &arrow_schema::Schema, actual: &arrow_schema::Schema) -> String {
+    let (e, a) = (expected.fields(), actual.fields());
+    for i in 0..e.len().max(a.len()) {
+        match (e.get(i), a.get(i)) {
+            (Some(x), Some(y)) if x.name() != y.name() => {
+                return format!(
+                    "field {i}: output_schema has \"{}\", the view produces \"{}\"",
+                    x.name(),
+                    y.name()
+                )
+            }
+            (Some(x), Some(y)) if x.data_type() != y.data_type() => {
+                return format!(
+                    "field \"{}\": output_schema has type {}, the view produces {}",
+                    x.name(),
+                    x.data_type(),
+                    y.data_type()
+                )
+            }
+            (Some(x), Some(y)) if x.is_nullable() != y.is_nullable() => {
+                let word = |n: bool| if n { "nullable" } else { "not null" };
+                return format!(
+                    "field \"{}\": output_schema has it {}, the view produces it {}",
+                    x.name(),
+                    word(x.is_nullable()),
+                    word(y.is_nullable())
+                );
+            }
+            (Some(x), None) => {
+                return format!(
+                    "field \"{}\": output_schema has it, the view does not produce it",
+                    x.name()
+                )
+            }
+            (None, Some(y)) => {
+                return format!(
+                    "field \"{}\": the view produces it, output_schema lacks it",
+                    y.name()
+                )
+            }
+            _ => {}
+        }
+    }
+    "the schemas differ in their metadata".to_string()
+}
+
+async fn create(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let name = caller.view(&state, &id, &query)?;
+    let request: CreateRequest = caller.body(body)?;
+    if let Some(path) = &request.id {
+        if path.last() != Some(&name) {
+            return Err(caller.err(ApiError::invalid(format!(
+                "the body's id {path:?} does not name the view of the path (\"{name}\")"
+            ))));
+        }
+    }
+    let missing = |field: &str| {
+        caller.err(ApiError::invalid(format!(
+            "missing required field \"{field}\""
+        )))
+    };
+    let kind = request.kind.as_deref().ok_or_else(|| missing("kind"))?;
+    if kind != "query" {
+        return Err(caller.err(
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Code::Unsupported,
+                format!("materialized view kind \"{kind}\" is not supported"),
+            )
+            .with_detail("This namespace stores micromegas view sets: only kind \"query\"."),
+        ));
+    }
+    let source = request
+        .source_query
+        .as_deref()
+        .ok_or_else(|| missing("source_query"))?;
+    let output_schema = request
+        .output_schema
+        .as_deref()
+        .ok_or_else(|| missing("output_schema"))?;
+    let expected = schema::from_ipc_base64(output_schema).map_err(|e| {
+        caller.err(ApiError::from_core(e).with_detail(
+            "output_schema must be a base64 Arrow IPC stream holding the view's schema",
+        ))
+    })?;
+    let mut definition = definition(&name, source).map_err(|e| caller.err(e))?;
+    if let Some(v) = request.with_no_data {
+        definition.options.with_no_data = v;
+    }
+    if let Some(v) = request.auto_refresh {
+        definition.options.auto_refresh = v;
+    }
+    let statement = definition.render(false);
+
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let row = tx
+        .query_one(
+            "SELECT version, job_id::text FROM micromegas.mm_create_view($1::text)",
+            &[&statement],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    let (version, job_id): (i64, Option<String>) = (row.get(0), row.get(1));
+    let produced: String = tx
+        .query_one(
+            "SELECT schema_ipc FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
+            &[&name],
+        )
+        .await
+        .map_err(|e| caller.db(e))?
+        .get(0);
+    let produced =
+        schema::from_ipc_base64(&produced).map_err(|e| caller.err(ApiError::from_core(e)))?;
+    if schema::schema_hash_bytes(&expected) != schema::schema_hash_bytes(&produced) {
+        // Dropping the transaction rolls the create back.
+        return Err(caller.err(
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Code::TableSchemaValidationError,
+                format!("output_schema does not match the schema of materialized view \"{name}\""),
+            )
+            .with_detail(first_difference(&expected, &produced)),
+        ));
+    }
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"version": version, "job_id": job_id, "context": request.context})),
+    ))
+}
+
+async fn refresh(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let name = caller.view(&state, &id, &query)?;
+    let params: Value = caller.body(body)?;
+    if !params.is_object() {
+        return Err(caller.err(ApiError::invalid("the request body must be a JSON object")));
+    }
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let job_id: String = tx
+        .query_one(
+            "SELECT micromegas.mm_refresh_view($1::text, NULL::timestamptz, NULL::timestamptz, $2::jsonb)::text",
+            &[&name, &params],
+        )
+        .await
+        .map_err(|e| caller.db(e))?
+        .get(0);
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    Ok((StatusCode::ACCEPTED, Json(json!({"job_id": job_id}))))
+}
+
+async fn describe(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let name = caller.view(&state, &id, &query)?;
+    let _: Value = caller.body(body)?;
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let row = tx
+        .query_one(
+            "SELECT v.version, v.definition_sql, v.load_status, v.load_error, v.update_group, d.schema_ipc,
+                    coalesce((d.view_options->>'auto_refresh')::boolean, false), d.updated_by, d.updated_at::text
+               FROM micromegas.mm_describe_view($1::text) v
+               JOIN micromegas.lakehouse_view_set_definitions d ON d.view_set_name = v.view_set_name",
+            &[&name],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    let mut id_path = state.namespace.clone();
+    id_path.push(name);
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "id": id_path,
+            "kind": "query",
+            "version": row.get::<_, Option<i64>>(0),
+            "source_query": row.get::<_, String>(1),
+            "load_status": row.get::<_, String>(2),
+            "load_error": row.get::<_, Option<String>>(3),
+            "update_group": row.get::<_, i32>(4),
+            "output_schema": row.get::<_, String>(5),
+            "auto_refresh": row.get::<_, bool>(6),
+            "updated_by": row.get::<_, Option<String>>(7),
+            "updated_at": row.get::<_, String>(8),
+        })),
+    ))
+}
+
+async fn drop_view(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let name = caller.view(&state, &id, &query)?;
+    let _: Value = caller.body(body)?;
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let row = tx
+        .query_one(
+            "SELECT version, partitions_retired, bytes_queued
+               FROM micromegas.mm_drop_view($1::text::micromegas.view_set_name, false)",
+            &[&name],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    Ok((
+        StatusCode::OK,
+        Json(json!({
+            "version": row.get::<_, i64>(0),
+            "partitions_retired": row.get::<_, i64>(1),
+            "bytes_queued": row.get::<_, i64>(2),
+        })),
+    ))
+}
+
+const MAX_PAGE: i64 = 1000;
+
+fn page_limit(caller: &Caller, raw: Option<&str>) -> Result<i64, ApiError> {
+    match raw {
+        None => Ok(100),
+        Some(text) => match text.parse::<i64>() {
+            Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+            _ => Err(caller.err(ApiError::invalid(format!(
+                "limit must be an integer from 1 to {MAX_PAGE}, not \"{text}\""
+            )))),
+        },
+    }
+}
+
+fn encode_token(text: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
+}
+
+fn decode_token(caller: &Caller, token: &str) -> Result<String, ApiError> {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token)
+        .ok()
+        .and_then(|b| String::from_utf8(b).ok())
+        .ok_or_else(|| caller.err(ApiError::invalid("invalid page_token")))
+}
+
+async fn list(
+    State(state): State<Shared>,
+    Path(id): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    caller: Caller,
+) -> Answer {
+    resolve_namespace(
+        &id,
+        query.get("delimiter").map(String::as_str),
+        &state.namespace,
+    )
+    .map_err(|e| caller.err(e))?;
+    let limit = page_limit(&caller, query.get("limit").map(String::as_str))?;
+    let after = match query.get("page_token").filter(|t| !t.is_empty()) {
+        Some(token) => Some(decode_token(&caller, token)?),
+        None => None,
+    };
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    // Ordered by name, resumed after the last name returned: a page never
+    // repeats or skips a view that existed throughout.
+    let rows = tx
+        .query(
+            "SELECT view_set_name FROM micromegas.list_view_set_definitions()
+              WHERE $1::text IS NULL OR view_set_name > $1 ORDER BY view_set_name LIMIT $2",
+            &[&after, &(limit + 1)],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    let mut views: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    let next = if views.len() as i64 > limit {
+        views.truncate(limit as usize);
+        views.last().map(|v| encode_token(v))
+    } else {
+        None
+    };
+    Ok((
+        StatusCode::OK,
+        Json(json!({"views": views, "page_token": next})),
+    ))
+}
+
+#[derive(Deserialize)]
+struct JobRequest {
+    job_id: Option<String>,
+}
+
+/// The spec's job states: IN_PROGRESS while queued or running.
+fn job_state(state: &str) -> &'static str {
+    match state {
+        "done" => "DONE",
+        "failed" => "FAILED",
+        "cancelled" => "CANCELLED",
+        _ => "IN_PROGRESS",
+    }
+}
+
+fn job_json(row: &tokio_postgres::Row) -> Value {
+    let state: String = row.get(3);
+    let failure = (state == "failed").then(|| {
+        json!({
+            "phase": row.get::<_, Option<String>>(4),
+            "message": row.get::<_, Option<String>>(5),
+            "retryable": row.get::<_, Option<bool>>(6).unwrap_or(false),
+        })
+    });
+    json!({
+        "job_id": row.get::<_, String>(0),
+        "kind": row.get::<_, String>(1),
+        "view_set_name": row.get::<_, String>(2),
+        "job_state": job_state(&state),
+        "state": state,
+        "failure": failure,
+        "attempts": row.get::<_, i32>(7),
+        "created_at": row.get::<_, String>(8),
+    })
+}
+
+const JOB_COLUMNS: &str =
+    "job_id::text, kind, view_set_name, state, failure_phase, failure_message,
+                           failure_retryable, attempts, created_at::text";
+
+async fn describe_job(
+    State(state): State<Shared>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: JobRequest = caller.body(body)?;
+    let job_id = request
+        .job_id
+        .ok_or_else(|| caller.err(ApiError::invalid("missing required field \"job_id\"")))?;
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let row = tx
+        .query_one(
+            &format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)"),
+            &[&job_id],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    Ok((StatusCode::OK, Json(job_json(&row))))
+}
+
+async fn cancel_job(
+    State(state): State<Shared>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: JobRequest = caller.body(body)?;
+    let job_id = request
+        .job_id
+        .ok_or_else(|| caller.err(ApiError::invalid("missing required field \"job_id\"")))?;
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    tx.execute(
+        "SELECT micromegas.mm_cancel_job($1::text::uuid)",
+        &[&job_id],
+    )
+    .await
+    .map_err(|e| caller.db(e))?;
+    let row = tx
+        .query_one(
+            &format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)"),
+            &[&job_id],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    Ok((StatusCode::OK, Json(job_json(&row))))
+}
+
+#[derive(Deserialize)]
+struct ListJobsRequest {
+    /// A view's identifier (namespace + name, or the name).
+    id: Option<Vec<String>>,
+    job_state: Option<String>,
+    limit: Option<i64>,
+    page_token: Option<String>,
+}
+
+async fn list_jobs(
+    State(state): State<Shared>,
+    caller: Caller,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer {
+    let request: ListJobsRequest = caller.body(body)?;
+    let view = match &request.id {
+        Some(parts) if !parts.is_empty() => Some(
+            resolve_id(
+                &parts.join(crate::ids::DEFAULT_DELIMITER),
+                None,
+                &state.namespace,
+            )
+            .map_err(|e| caller.err(e))?,
+        ),
+        _ => None,
+    };
+    let states: Option<Vec<String>> = match request.job_state.as_deref() {
+        None => None,
+        Some("IN_PROGRESS") => Some(vec!["queued".into(), "running".into()]),
+        Some("DONE") => Some(vec!["done".into()]),
+        Some("FAILED") => Some(vec!["failed".into()]),
+        Some("CANCELLED") => Some(vec!["cancelled".into()]),
+        Some(other) => {
+            return Err(caller.err(ApiError::invalid(format!(
+                "unknown job_state \"{other}\": IN_PROGRESS, DONE, FAILED or CANCELLED"
+            ))))
+        }
+    };
+    let limit = page_limit(&caller, request.limit.map(|l| l.to_string()).as_deref())?;
+    let offset: i64 = match request.page_token.as_deref().filter(|t| !t.is_empty()) {
+        Some(token) => decode_token(&caller, token)?
+            .parse()
+            .map_err(|_| caller.err(ApiError::invalid("invalid page_token")))?,
+        None => 0,
+    };
+    let mut client = caller.connection(&state).await?;
+    let tx = caller.begin(&state, &mut client).await?;
+    let rows = tx
+        .query(
+            &format!(
+                "SELECT {JOB_COLUMNS} FROM micromegas.jobs
+                  WHERE ($1::text IS NULL OR view_set_name = $1) AND ($2::text[] IS NULL OR state = ANY ($2))
+                  ORDER BY created_at DESC, job_id LIMIT $3 OFFSET $4"
+            ),
+            &[&view, &states, &(limit + 1), &offset],
+        )
+        .await
+        .map_err(|e| caller.db(e))?;
+    tx.commit().await.map_err(|e| caller.db(e))?;
+    let more = rows.len() as i64 > limit;
+    let jobs: Vec<Value> = rows.iter().take(limit as usize).map(job_json).collect();
+    let next = more.then(|| encode_token(&(offset + limit).to_string()));
+    Ok((
+        StatusCode::OK,
+        Json(json!({"jobs": jobs, "page_token": next})),
+    ))
+}
