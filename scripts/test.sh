@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: the core's unit tests once, then against PostgreSQL 15 and
 # PostgreSQL 18 each: the #[pg_test] suite, the pg_regress suite, the
-# isolation specs, the client's and the CLI's integration tests, a short
+# isolation specs, the client's, the CLI's and the REST endpoint's integration
+# tests, the example job worker, a short
 # randomized DDL stress run, a pg_dump/pg_restore round trip, the extension
 # upgrade test, a check that no backend died, and a SIGKILL crash test. One
 # summary line per version. This is the README's test command and what
@@ -57,6 +58,8 @@ suites() {
   MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
     cargo test -p micromegas_views_client -p micromegas_views_cli -p micromegas_views_server \
       --features micromegas_views_client/integration,micromegas_views_cli/integration,micromegas_views_server/integration || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] the example job worker (scripts/job_worker_test.sh)"
+  "$here/job_worker_test.sh" mmv_client || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] randomized DDL stress (scripts/stress.sh 4 50)"
   "$here/stress.sh" 4 50 || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] pg_dump / pg_restore round trip"
@@ -90,11 +93,11 @@ for v in $versions; do
   fi
 done
 
-# Eleven suites per version: the unit tests, then the ten above.
+# Twelve suites per version: the unit tests, then the eleven above.
 status=0
 for v in $versions; do
   failed=$(( $(cat "$MMV_STATE/failed-pg$v") + unit ))
-  echo "PostgreSQL $v: suites: $((11 - failed)) passed, $failed failed"
+  echo "PostgreSQL $v: suites: $((12 - failed)) passed, $failed failed"
   [ $failed -eq 0 ] || status=1
 done
 exit $status
