@@ -108,6 +108,42 @@ impl Caller {
         Ok(tx)
     }
 
+    /// One transaction of statements; the last one's rows.
+    async fn run(
+        &self,
+        state: &AppState,
+        steps: &[(&str, &[&(dyn tokio_postgres::types::ToSql + Sync)])],
+    ) -> Result<Vec<tokio_postgres::Row>, ApiError> {
+        let mut client = self.connection(state).await?;
+        let tx = self.begin(state, &mut client).await?;
+        let mut rows = Vec::new();
+        for (sql, params) in steps {
+            rows = tx.query(*sql, params).await.map_err(|e| self.db(e))?;
+        }
+        tx.commit().await.map_err(|e| self.db(e))?;
+        Ok(rows)
+    }
+
+    /// One statement's one row, in its own transaction.
+    async fn one_row(
+        &self,
+        state: &AppState,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, ApiError> {
+        self.run(state, &[(sql, params)])
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                self.err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    Code::Internal,
+                    "no row returned",
+                ))
+            })
+    }
+
     async fn connection(&self, state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
         state
             .pool
@@ -404,17 +440,14 @@ async fn refresh(
     if !params.is_object() {
         return Err(caller.err(ApiError::invalid("the request body must be a JSON object")));
     }
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let job_id: String = tx
-        .query_one(
+    let job_id: String = caller
+        .one_row(
+            &state,
             "SELECT micromegas.mm_refresh_view($1::text, NULL::timestamptz, NULL::timestamptz, $2::jsonb)::text",
             &[&name, &params],
         )
-        .await
-        .map_err(|e| caller.db(e))?
+        .await?
         .get(0);
-    tx.commit().await.map_err(|e| caller.db(e))?;
     Ok((StatusCode::ACCEPTED, Json(json!({"job_id": job_id}))))
 }
 
@@ -427,19 +460,16 @@ async fn describe(
 ) -> Answer {
     let name = caller.view(&state, &id, &query)?;
     let _: Value = caller.body(body)?;
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let row = tx
-        .query_one(
+    let row = caller
+        .one_row(
+            &state,
             "SELECT v.version, v.definition_sql, v.load_status, v.load_error, v.update_group, d.schema_ipc,
                     coalesce((d.view_options->>'auto_refresh')::boolean, false), d.updated_by, d.updated_at::text
                FROM micromegas.mm_describe_view($1::text) v
                JOIN micromegas.lakehouse_view_set_definitions d ON d.view_set_name = v.view_set_name",
             &[&name],
         )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
+        .await?;
     let mut id_path = state.namespace.clone();
     id_path.push(name);
     Ok((
@@ -533,19 +563,13 @@ async fn list(
         Some(token) => Some(decode_token(&caller, token)?),
         None => None,
     };
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
     // Ordered by name, resumed after the last name returned: a page never
     // repeats or skips a view that existed throughout.
-    let rows = tx
-        .query(
-            "SELECT view_set_name FROM micromegas.list_view_set_definitions()
-              WHERE $1::text IS NULL OR view_set_name > $1 ORDER BY view_set_name LIMIT $2",
-            &[&after, &(limit + 1)],
-        )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
+    let sql = "SELECT view_set_name FROM micromegas.list_view_set_definitions()
+                WHERE $1::text IS NULL OR view_set_name > $1 ORDER BY view_set_name LIMIT $2";
+    let rows = caller
+        .run(&state, &[(sql, &[&after, &(limit + 1)])])
+        .await?;
     let mut views: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
     let next = if views.len() as i64 > limit {
         views.truncate(limit as usize);
@@ -599,25 +623,23 @@ const JOB_COLUMNS: &str =
     "job_id::text, kind, view_set_name, state, failure_phase, failure_message,
                            failure_retryable, attempts, created_at::text";
 
+impl Caller {
+    fn job_id(&self, body: Result<Bytes, BytesRejection>) -> Result<String, ApiError> {
+        let request: JobRequest = self.body(body)?;
+        request
+            .job_id
+            .ok_or_else(|| self.err(ApiError::invalid("missing required field \"job_id\"")))
+    }
+}
+
 async fn describe_job(
     State(state): State<Shared>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let request: JobRequest = caller.body(body)?;
-    let job_id = request
-        .job_id
-        .ok_or_else(|| caller.err(ApiError::invalid("missing required field \"job_id\"")))?;
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let row = tx
-        .query_one(
-            &format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)"),
-            &[&job_id],
-        )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
+    let job_id = caller.job_id(body)?;
+    let describe = format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)");
+    let row = caller.one_row(&state, &describe, &[&job_id]).await?;
     Ok((StatusCode::OK, Json(job_json(&row))))
 }
 
@@ -626,27 +648,21 @@ async fn cancel_job(
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let request: JobRequest = caller.body(body)?;
-    let job_id = request
-        .job_id
-        .ok_or_else(|| caller.err(ApiError::invalid("missing required field \"job_id\"")))?;
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    tx.execute(
-        "SELECT micromegas.mm_cancel_job($1::text::uuid)",
-        &[&job_id],
-    )
-    .await
-    .map_err(|e| caller.db(e))?;
-    let row = tx
-        .query_one(
-            &format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)"),
-            &[&job_id],
+    let job_id = caller.job_id(body)?;
+    let describe = format!("SELECT {JOB_COLUMNS} FROM micromegas.mm_job($1::text::uuid)");
+    let rows = caller
+        .run(
+            &state,
+            &[
+                (
+                    "SELECT micromegas.mm_cancel_job($1::text::uuid)",
+                    &[&job_id],
+                ),
+                (&describe, &[&job_id]),
+            ],
         )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
-    Ok((StatusCode::OK, Json(job_json(&row))))
+        .await?;
+    Ok((StatusCode::OK, Json(job_json(&rows[0]))))
 }
 
 #[derive(Deserialize)]
@@ -694,20 +710,14 @@ async fn list_jobs(
             .map_err(|_| caller.err(ApiError::invalid("invalid page_token")))?,
         None => 0,
     };
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let rows = tx
-        .query(
-            &format!(
-                "SELECT {JOB_COLUMNS} FROM micromegas.jobs
-                  WHERE ($1::text IS NULL OR view_set_name = $1) AND ($2::text[] IS NULL OR state = ANY ($2))
-                  ORDER BY created_at DESC, job_id LIMIT $3 OFFSET $4"
-            ),
-            &[&view, &states, &(limit + 1), &offset],
-        )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
+    let sql = format!(
+        "SELECT {JOB_COLUMNS} FROM micromegas.jobs
+          WHERE ($1::text IS NULL OR view_set_name = $1) AND ($2::text[] IS NULL OR state = ANY ($2))
+          ORDER BY created_at DESC, job_id LIMIT $3 OFFSET $4"
+    );
+    let rows = caller
+        .run(&state, &[(&sql, &[&view, &states, &(limit + 1), &offset])])
+        .await?;
     let more = rows.len() as i64 > limit;
     let jobs: Vec<Value> = rows.iter().take(limit as usize).map(job_json).collect();
     let next = more.then(|| encode_token(&(offset + limit).to_string()));
