@@ -319,10 +319,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   r record;
 BEGIN
-  IF micromegas._mm_installing() OR NEW.load_status <> 'ok'
-     OR pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name
-     OR (pg_catalog.pg_trigger_depth() > 1
-         AND pg_catalog.current_setting('micromegas_views.replacing', true) IS DISTINCT FROM NEW.view_set_name) THEN
+  IF NEW.load_status <> 'ok'
+     OR micromegas._mm_write_kind(TG_OP, NEW.view_set_name) NOT IN ('create', 'replace') THEN
     RETURN NULL;
   END IF;
   SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');

@@ -203,9 +203,9 @@ BEGIN
 END
 $$;
 
--- The readable form of an exclusion violation: the partition being written
--- and the one it overlaps. Called from an exception handler; SQLSTATE 23P01
--- is kept.
+-- The readable form of an exclusion violation: raises naming the partition
+-- being written and the one it overlaps, if there is one (SQLSTATE 23P01
+-- kept); returns when nothing overlaps it. Called from exception handlers.
 CREATE FUNCTION micromegas._mm_raise_overlap(p micromegas.lakehouse_partitions) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -217,11 +217,7 @@ BEGIN
      AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(p.begin_insert_time, p.end_insert_time)
    ORDER BY o.begin_insert_time LIMIT 1;
   IF NOT FOUND THEN
-    -- The other writer's partition is gone again: nothing to name.
-    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
-        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
-                                       p.end_insert_time, p.file_schema_hash)
-      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
+    RETURN;
   END IF;
   RAISE EXCEPTION 'partition % overlaps partition %',
       micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
@@ -479,6 +475,11 @@ BEGIN
     INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
   EXCEPTION WHEN exclusion_violation THEN
     PERFORM micromegas._mm_raise_overlap(p);
+    -- The other writer's partition is gone again: nothing to name.
+    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
+        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                       p.end_insert_time, p.file_schema_hash)
+      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
   END;
 END
 $$;
@@ -544,12 +545,7 @@ BEGIN
       END LOOP;
     END LOOP;
     FOREACH q IN ARRAY partitions LOOP
-      IF EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions e
-                  WHERE e.view_set_name = q.view_set_name AND e.view_instance_id = q.view_instance_id
-                    AND e.file_schema_hash = q.file_schema_hash
-                    AND tstzrange(e.begin_insert_time, e.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time)) THEN
-        PERFORM micromegas._mm_raise_overlap(q);
-      END IF;
+      PERFORM micromegas._mm_raise_overlap(q);
     END LOOP;
     RAISE;
   END;
@@ -704,6 +700,21 @@ CREATE INDEX lakehouse_view_set_definition_history_changed
 COMMENT ON TABLE micromegas.lakehouse_view_set_definition_history IS
   'Every committed version of every materialized view definition (written by a trigger)';
 
+-- What kind of write an INSERT or UPDATE of a definition is: the extension's
+-- own (install, a re-check of a dependent), a restore, or an admin's create
+-- or replace (a CREATE OR REPLACE turned into an UPDATE marks itself). The
+-- history records it; with_no_data = false acts on creates and replaces only.
+CREATE FUNCTION micromegas._mm_write_kind(tg_op text, view_set_name text) RETURNS text
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+  SELECT CASE
+    WHEN micromegas._mm_installing() THEN 'install'
+    WHEN pg_catalog.current_setting('micromegas_views.restoring', true) = $2 THEN 'restore'
+    WHEN pg_catalog.current_setting('micromegas_views.replacing', true) = $2 THEN 'replace'
+    WHEN pg_catalog.pg_trigger_depth() > 1 THEN 'recheck'
+    WHEN $1 = 'INSERT' THEN 'create'
+    ELSE 'replace' END
+$$;
+
 -- AFTER each row change. Named to fire first among the table's AFTER
 -- triggers (Postgres fires them by name), before a re-check of dependents
 -- moves the catalog version on.
@@ -718,13 +729,7 @@ BEGIN
     op := 'drop';
   ELSE
     r := NEW;
-    op := CASE
-      WHEN micromegas._mm_installing() THEN 'install'
-      WHEN pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name THEN 'restore'
-      WHEN pg_catalog.current_setting('micromegas_views.replacing', true) = NEW.view_set_name THEN 'replace'
-      WHEN pg_catalog.pg_trigger_depth() > 1 THEN 'recheck'
-      WHEN TG_OP = 'INSERT' THEN 'create'
-      ELSE 'replace' END;
+    op := micromegas._mm_write_kind(TG_OP, NEW.view_set_name);
   END IF;
   INSERT INTO micromegas.lakehouse_view_set_definition_history
     (view_set_name, version, operation, definition_sql, extract_query, count_src_query, merge_partitions_query,
@@ -757,6 +762,25 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     FROM micromegas.lakehouse_view_set_definition_history h
    WHERE h.view_set_name = $1
    ORDER BY h.version, h.changed_at
+$$;
+
+-- The history row of a view at a version (the latest, should a restore
+-- have recorded one twice), or P0002.
+CREATE FUNCTION micromegas._mm_history_version(name text, version bigint)
+RETURNS micromegas.lakehouse_view_set_definition_history
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  h micromegas.lakehouse_view_set_definition_history;
+BEGIN
+  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
+   WHERE x.view_set_name = $1 AND x.version = $2 ORDER BY x.changed_at DESC LIMIT 1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'materialized view "%" has no version %', $1, $2
+      USING ERRCODE = 'no_data_found',
+            HINT = format('mm_view_history(%L) lists its versions.', $1);
+  END IF;
+  RETURN h;
+END
 $$;
 
 -- A view as it is (version NULL) or as it was at a version of its history.
@@ -792,13 +816,7 @@ BEGIN
         FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1;
     RETURN;
   END IF;
-  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
-   WHERE x.view_set_name = $1 AND x.version = $2 ORDER BY x.changed_at DESC LIMIT 1;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'materialized view "%" has no version %', $1, $2
-      USING ERRCODE = 'no_data_found',
-            HINT = format('mm_view_history(%L) lists its versions.', $1);
-  END IF;
+  h := micromegas._mm_history_version($1, $2);
   RETURN QUERY SELECT h.view_set_name, h.version, h.operation,
                       h.version = latest AND h.operation <> 'drop'
                         AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1),
@@ -819,14 +837,7 @@ DECLARE
   outcome text := 'restored';
 BEGIN
   PERFORM micromegas._mm_lock_catalog();
-  SELECT * INTO h FROM micromegas.lakehouse_view_set_definition_history x
-   WHERE x.view_set_name = mm_restore_view.name AND x.version = mm_restore_view.version
-   ORDER BY x.changed_at DESC LIMIT 1;
-  IF NOT FOUND THEN
-    RAISE EXCEPTION 'materialized view "%" has no version %', mm_restore_view.name, mm_restore_view.version
-      USING ERRCODE = 'no_data_found',
-            HINT = format('mm_view_history(%L) lists its versions.', mm_restore_view.name);
-  END IF;
+  h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
   PERFORM pg_catalog.set_config('micromegas_views.restoring', h.view_set_name, true);
   UPDATE micromegas.lakehouse_view_set_definitions d
      SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
@@ -1189,10 +1200,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   r record;
 BEGIN
-  IF micromegas._mm_installing() OR NEW.load_status <> 'ok'
-     OR pg_catalog.current_setting('micromegas_views.restoring', true) = NEW.view_set_name
-     OR (pg_catalog.pg_trigger_depth() > 1
-         AND pg_catalog.current_setting('micromegas_views.replacing', true) IS DISTINCT FROM NEW.view_set_name) THEN
+  IF NEW.load_status <> 'ok'
+     OR micromegas._mm_write_kind(TG_OP, NEW.view_set_name) NOT IN ('create', 'replace') THEN
     RETURN NULL;
   END IF;
   SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');

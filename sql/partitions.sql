@@ -132,9 +132,9 @@ BEGIN
 END
 $$;
 
--- The readable form of an exclusion violation: the partition being written
--- and the one it overlaps. Called from an exception handler; SQLSTATE 23P01
--- is kept.
+-- The readable form of an exclusion violation: raises naming the partition
+-- being written and the one it overlaps, if there is one (SQLSTATE 23P01
+-- kept); returns when nothing overlaps it. Called from exception handlers.
 CREATE FUNCTION micromegas._mm_raise_overlap(p micromegas.lakehouse_partitions) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -146,11 +146,7 @@ BEGIN
      AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(p.begin_insert_time, p.end_insert_time)
    ORDER BY o.begin_insert_time LIMIT 1;
   IF NOT FOUND THEN
-    -- The other writer's partition is gone again: nothing to name.
-    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
-        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
-                                       p.end_insert_time, p.file_schema_hash)
-      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
+    RETURN;
   END IF;
   RAISE EXCEPTION 'partition % overlaps partition %',
       micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
@@ -408,6 +404,11 @@ BEGIN
     INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
   EXCEPTION WHEN exclusion_violation THEN
     PERFORM micromegas._mm_raise_overlap(p);
+    -- The other writer's partition is gone again: nothing to name.
+    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
+        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                       p.end_insert_time, p.file_schema_hash)
+      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
   END;
 END
 $$;
@@ -473,12 +474,7 @@ BEGIN
       END LOOP;
     END LOOP;
     FOREACH q IN ARRAY partitions LOOP
-      IF EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions e
-                  WHERE e.view_set_name = q.view_set_name AND e.view_instance_id = q.view_instance_id
-                    AND e.file_schema_hash = q.file_schema_hash
-                    AND tstzrange(e.begin_insert_time, e.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time)) THEN
-        PERFORM micromegas._mm_raise_overlap(q);
-      END IF;
+      PERFORM micromegas._mm_raise_overlap(q);
     END LOOP;
     RAISE;
   END;
