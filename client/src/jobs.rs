@@ -8,12 +8,11 @@
 //! [`JobContext::cancelled`]; a lease the worker lost (it expired and another
 //! worker took the job) stops the handler and reports nothing.
 
-use crate::connection_config;
-use futures_util::StreamExt;
+use crate::{connection_config, forward_notifications};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
-use tokio::sync::{mpsc, watch};
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio::sync::watch;
+use tokio_postgres::{Client, NoTls};
 
 pub const JOBS_CHANNEL: &str = "micromegas_jobs";
 
@@ -218,26 +217,8 @@ impl JobWorker {
         F: Fn(Job, JobContext) -> Fut,
         Fut: Future<Output = JobOutcome>,
     {
-        let (client, mut connection) = connection_config(&self.config.dsn)?.connect(NoTls).await?;
-        let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<()>();
-        let driver = tokio::spawn(async move {
-            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
-            while let Some(message) = messages.next().await {
-                match message {
-                    Ok(AsyncMessage::Notification(n)) if n.channel() == JOBS_CHANNEL => {
-                        // Only a newly queued job is work for a worker.
-                        let queued = serde_json::from_str::<serde_json::Value>(n.payload())
-                            .map(|v| v["state"] == "queued")
-                            .unwrap_or(true);
-                        if queued {
-                            let _ = notify_tx.send(());
-                        }
-                    }
-                    Ok(_) => {}
-                    Err(_) => break,
-                }
-            }
-        });
+        let (client, connection) = connection_config(&self.config.dsn)?.connect(NoTls).await?;
+        let (driver, mut notify_rx) = forward_notifications(connection, JOBS_CHANNEL);
         tokio::pin!(shutdown);
         let result = async {
             client
@@ -245,15 +226,22 @@ impl JobWorker {
                 .await?;
             let mut ticker = tokio::time::interval(self.config.poll_interval);
             loop {
-                // Drain the queue, then wait.
+                // Drain the queue, then wait for a newly queued job (or an
+                // unreadable payload), the poll, or the shutdown.
                 while self.run_once(&client, &handler).await?.is_some() {}
-                tokio::select! {
-                    _ = &mut shutdown => return Ok(()),
-                    woke = notify_rx.recv() => if woke.is_none() {
-                        client.simple_query("SELECT 1").await?;
-                        return Ok(());
-                    },
-                    _ = ticker.tick() => {}
+                loop {
+                    tokio::select! {
+                        _ = &mut shutdown => return Ok(()),
+                        woke = notify_rx.recv() => match woke {
+                            Some(payload) if payload.is_null() || payload["state"] == "queued" => break,
+                            Some(_) => {}
+                            None => {
+                                client.simple_query("SELECT 1").await?;
+                                return Ok(());
+                            }
+                        },
+                        _ = ticker.tick() => break,
+                    }
                 }
             }
         }

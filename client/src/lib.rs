@@ -487,32 +487,45 @@ async fn session<S: Source>(
         })
 }
 
-async fn connected_session<S: Source>(
-    config: &Config,
-    sender: &watch::Sender<Arc<S::Value>>,
-    client: Client,
+/// Drives `connection` in the background and passes on the payload of each
+/// notification on `channel`, as JSON (`Null` when it is not JSON). The
+/// receiver ends when the connection does.
+pub(crate) fn forward_notifications(
     mut connection: tokio_postgres::Connection<
         tokio_postgres::Socket,
         tokio_postgres::tls::NoTlsStream,
     >,
-) -> Result<(), tokio_postgres::Error> {
-    let (notify_tx, mut notify_rx) = mpsc::unbounded_channel::<Option<i64>>();
+    channel: &'static str,
+) -> (JoinHandle<()>, mpsc::UnboundedReceiver<serde_json::Value>) {
+    let (tx, rx) = mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
         while let Some(message) = messages.next().await {
             match message {
-                Ok(AsyncMessage::Notification(n)) if n.channel() == S::CHANNEL => {
-                    let version = serde_json::from_str::<serde_json::Value>(n.payload())
-                        .ok()
-                        .and_then(|v| v["version"].as_i64());
-                    let _ = notify_tx.send(version);
+                Ok(AsyncMessage::Notification(n)) if n.channel() == channel => {
+                    let payload =
+                        serde_json::from_str(n.payload()).unwrap_or(serde_json::Value::Null);
+                    let _ = tx.send(payload);
                 }
                 Ok(_) => {}
                 Err(_) => break,
             }
         }
-        // Dropping notify_tx tells the session the connection is gone.
+        // Dropping tx tells the receiver the connection is gone.
     });
+    (driver, rx)
+}
+
+async fn connected_session<S: Source>(
+    config: &Config,
+    sender: &watch::Sender<Arc<S::Value>>,
+    client: Client,
+    connection: tokio_postgres::Connection<
+        tokio_postgres::Socket,
+        tokio_postgres::tls::NoTlsStream,
+    >,
+) -> Result<(), tokio_postgres::Error> {
+    let (driver, mut notify_rx) = forward_notifications(connection, S::CHANNEL);
     let result = async {
         if config.listen {
             client
@@ -525,7 +538,8 @@ async fn connected_session<S: Source>(
         loop {
             tokio::select! {
                 notified = notify_rx.recv() => match notified {
-                    Some(version) => {
+                    Some(payload) => {
+                        let version = payload["version"].as_i64();
                         let current = S::version_of(&sender.borrow());
                         if version.is_none_or(|v| v > current) {
                             reload_if_newer::<S>(&client, sender).await?;
