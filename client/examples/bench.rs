@@ -83,23 +83,30 @@ fn mib(kib: f64) -> Duration {
 }
 
 async fn fill(client: &Client, total: i64) {
-    // Unrelated definitions, copied from a validated row with the triggers
-    // off (superuser), so that filling 10,000 rows takes seconds.
     client
         .batch_execute(&format!(
-            "SET session_replication_role = replica;
-             DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'filler\\_%';
-             INSERT INTO micromegas.lakehouse_view_set_definitions
-             SELECT 'filler_' || i, d.definition_sql, d.extract_query, d.count_src_query, d.merge_partitions_query,
-                    d.update_group, d.view_options, d.schema_ipc, d.schema_json, d.schema_hash, d.reads,
-                    d.created_at, d.updated_at, d.updated_by, d.load_status, d.load_error
-               FROM micromegas.lakehouse_view_set_definitions d, generate_series(1, {total}) i
-              WHERE d.view_set_name = 'log_stats';
-             SET session_replication_role = origin;
-             ANALYZE micromegas.lakehouse_view_set_definitions;"
+            "{} ANALYZE micromegas.lakehouse_view_set_definitions;",
+            copies_of_log_stats("filler", 1, total)
         ))
         .await
         .unwrap();
+}
+
+/// SQL replacing the definitions `<prefix>_<first>` … `<prefix>_<last>` by
+/// copies of the validated log_stats row, written with the triggers off
+/// (superuser), so that thousands of rows take seconds.
+fn copies_of_log_stats(prefix: &str, first: i64, last: i64) -> String {
+    format!(
+        "SET session_replication_role = replica;
+         DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE '{prefix}\\_%';
+         INSERT INTO micromegas.lakehouse_view_set_definitions
+         SELECT '{prefix}_' || i, d.definition_sql, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                d.update_group, d.view_options, d.schema_ipc, d.schema_json, d.schema_hash, d.reads,
+                d.created_at, d.updated_at, d.updated_by, d.load_status, d.load_error
+           FROM micromegas.lakehouse_view_set_definitions d, generate_series({first}, {last}) i
+          WHERE d.view_set_name = 'log_stats';
+         SET session_replication_role = origin;"
+    )
 }
 
 fn hub(or_replace: bool, extra: &str) -> String {
@@ -617,15 +624,7 @@ async fn fill_partitions(client: &Client, total: i64) {
     let start = Instant::now();
     client
         .batch_execute(&format!(
-            "SET session_replication_role = replica;
-             DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'pbench\\_%';
-             INSERT INTO micromegas.lakehouse_view_set_definitions
-             SELECT 'pbench_' || i, d.definition_sql, d.extract_query, d.count_src_query, d.merge_partitions_query,
-                    d.update_group, d.view_options, d.schema_ipc, d.schema_json, d.schema_hash, d.reads,
-                    d.created_at, d.updated_at, d.updated_by, d.load_status, d.load_error
-               FROM micromegas.lakehouse_view_set_definitions d, generate_series(0, 999) i
-              WHERE d.view_set_name = 'log_stats';
-             SET session_replication_role = origin;
+            "{}
              DELETE FROM micromegas.lakehouse_partitions WHERE view_set_name LIKE 'pbench\\_%';
              INSERT INTO micromegas.lakehouse_partitions
              SELECT 'pbench_' || v, 'global', '2020-01-01'::timestamptz + k * interval '1 hour',
@@ -638,7 +637,8 @@ async fn fill_partitions(client: &Client, total: i64) {
              DROP TABLE IF EXISTS bench_partitions_copy;
              CREATE TABLE bench_partitions_copy (LIKE micromegas.lakehouse_partitions INCLUDING DEFAULTS);
              INSERT INTO bench_partitions_copy SELECT * FROM micromegas.lakehouse_partitions;
-             CREATE INDEX ON bench_partitions_copy (view_set_name, view_instance_id, begin_insert_time);"
+             CREATE INDEX ON bench_partitions_copy (view_set_name, view_instance_id, begin_insert_time);",
+            copies_of_log_stats("pbench", 0, 999)
         ))
         .await
         .unwrap();
