@@ -4,8 +4,6 @@
 mod access;
 mod api;
 mod errors;
-mod jobs;
 mod legacy;
-mod partitions;
 pub mod settings;
 mod thread;

@@ -118,3 +118,28 @@ pub fn validation_timeout() -> Duration {
 pub fn max_plan_nodes() -> usize {
     MAX_PLAN_NODES.get().max(1) as usize
 }
+
+/// The settings the SQL files read (`sql/partitions.sql`, `sql/jobs.sql`),
+/// through a call into the library, so that each is always defined (and
+/// keeps its privilege rule) when read.
+mod micromegas {
+    use pgrx::prelude::*;
+
+    /// `micromegas_views.file_retention` in seconds.
+    #[pg_extern(stable, parallel_safe, name = "_mm_file_retention_seconds")]
+    fn file_retention_seconds() -> i32 {
+        super::file_retention_seconds()
+    }
+
+    /// `micromegas_views.job_lease` in seconds.
+    #[pg_extern(stable, parallel_safe, name = "_mm_job_lease_seconds")]
+    fn job_lease_seconds() -> i32 {
+        super::job_lease_seconds()
+    }
+
+    /// `micromegas_views.job_max_attempts`.
+    #[pg_extern(stable, parallel_safe, name = "_mm_job_max_attempts")]
+    fn job_max_attempts() -> i32 {
+        super::job_max_attempts()
+    }
+}
