@@ -15,7 +15,9 @@ q "DELETE FROM micromegas.jobs" >/dev/null
 MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
   "$CARGO_TARGET_DIR/debug/examples/job_worker" example-worker >"$MMV_RUN/job_worker.log" 2>&1 &
 worker=$!
-trap 'kill $worker 2>/dev/null || true' EXIT
+# The worker runs until this script ends, however it ends.
+stop_worker() { if kill -0 "$worker" 2>/dev/null; then kill "$worker"; fi; }
+trap stop_worker EXIT
 job=$(q "SELECT job_id FROM micromegas.mm_create_view(name => 'jw_view', update_group => 4000, time_column => 'time',
   extract_query => 'SELECT time, process_id FROM log_entries',
   count_src_query => 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
