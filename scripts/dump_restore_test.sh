@@ -27,8 +27,9 @@ snapshot() {
            CASE WHEN NOT shipped THEN registered_at::text || ' ' || registered_by END
       FROM micromegas.builtin_view_sets ORDER BY view_set_name" -c "
     SELECT * FROM micromegas.mm_catalog_violations()" -c "
-    SELECT rule_id, created_at, created_by, reason, match_expr, last_hit_at
-      FROM micromegas.query_deny_list ORDER BY rule_id" -c "
+    SELECT q.rule_id, q.created_at, q.created_by, q.reason, q.match_expr, h.last_hit_at
+      FROM micromegas.query_deny_list q LEFT JOIN micromegas.query_deny_hits h USING (rule_id)
+     ORDER BY q.rule_id" -c "
     SELECT audience, axis, selector, created_by,
            -- the seeded rows are made by each CREATE EXTENSION
            CASE WHEN created_by <> 'micromegas_views' THEN created_at END
@@ -91,7 +92,7 @@ SELECT micromegas.mm_write_partition('z_daily', 'proc-1', '2024-01-02', '2024-01
 SELECT micromegas.retire_partition_by_file('s3://b/z/2.parquet');
 SELECT micromegas.mm_refresh_view('z_daily', '2024-01-01', '2024-01-08');
 SELECT micromegas.mm_refresh_view('a_weekly');
-SELECT micromegas.mm_finish_job(job_id, 'w1', false, 'extract', 'timed out', false) FROM micromegas.mm_claim_job('w1');
+SELECT micromegas.mm_finish_job(job_id, lease_token, false, 'extract', 'timed out', false) FROM micromegas.mm_claim_job('w1');
 -- then the service drops a column hosts reads: hosts is marked failed
 SELECT * FROM micromegas.mm_register_builtin_view_set('static_hosts',
   '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
@@ -101,7 +102,8 @@ q mmv_dump_b -c "SELECT * FROM micromegas.mm_drop_view('log_stats')"
 status=0
 for pair in "a" "b"; do
   "$PG_BIN/pg_dump" -Fc -d "mmv_dump_$pair" -f "$work/$pair.dump"
-  "$PG_BIN/pg_restore" --exit-on-error -d "mmv_restore_$pair" "$work/$pair.dump"
+  PGOPTIONS="-c micromegas_views.adopt_existing_roles=on" \
+    "$PG_BIN/pg_restore" --exit-on-error -d "mmv_restore_$pair" "$work/$pair.dump"
   snapshot "mmv_dump_$pair" >"$work/$pair.before"
   snapshot "mmv_restore_$pair" >"$work/$pair.after"
   if diff -u "$work/$pair.before" "$work/$pair.after"; then
@@ -147,7 +149,8 @@ done
 # A dump of the restored database is the same again (nothing drifts).
 "$PG_BIN/pg_dump" -Fc -d mmv_restore_b -f "$work/b2.dump"
 q postgres -c "DROP DATABASE IF EXISTS mmv_restore_b2" -c "CREATE DATABASE mmv_restore_b2"
-"$PG_BIN/pg_restore" --exit-on-error -d mmv_restore_b2 "$work/b2.dump"
+PGOPTIONS="-c micromegas_views.adopt_existing_roles=on" \
+  "$PG_BIN/pg_restore" --exit-on-error -d mmv_restore_b2 "$work/b2.dump"
 check mmv_restore_b2 "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'" 0
 [ $status = 0 ] && echo "dump/restore: passed"
 exit $status

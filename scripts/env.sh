@@ -37,6 +37,10 @@ as_postgres() {
 # The extension installed the way the README says: btree_gist (the overlap
 # guard of the partitions needs it) in a schema of its own, never public, so
 # that DROP SCHEMA public CASCADE cannot reach micromegas_views through it.
-export MMV_INSTALL_SQL="CREATE SCHEMA IF NOT EXISTS btree_gist;
+# The test clusters install it in several databases, and the roles the
+# first CREATE EXTENSION made have members by then: the superuser running
+# these scripts adopts them (see "Roles" in the README).
+export MMV_INSTALL_SQL="SET micromegas_views.adopt_existing_roles = on;
+CREATE SCHEMA IF NOT EXISTS btree_gist;
 CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;
 CREATE EXTENSION micromegas_views;"

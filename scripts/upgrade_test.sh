@@ -86,7 +86,11 @@ for script in "$root"/sql/archive/micromegas_views--*.sql; do
   [ -f "${script%.sql}.control" ] && cp "${script%.sql}.control" "$extdir/"
   db="mmv_upgrade_${from//./_}"
   q postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db" 2>/dev/null
-  q "$db" -c "CREATE EXTENSION micromegas_views VERSION '$from'"
+  # Versions from 0.1.4 on need btree_gist to install at all.
+  needs_gist=yes
+  grep -q "^requires = ''" "${script%.sql}.control" 2>/dev/null && needs_gist=no
+  [ $needs_gist = yes ] && q "$db" -c "CREATE SCHEMA btree_gist" -c "CREATE EXTENSION btree_gist SCHEMA btree_gist"
+  q "$db" -c "SET micromegas_views.adopt_existing_roles = on" -c "CREATE EXTENSION micromegas_views VERSION '$from'"
   q "$db" >/dev/null <<'SQL'
 SELECT micromegas.mm_create_view(replace(replace(micromegas._mm_shipped_log_stats(),
   'CREATE MATERIALIZED VIEW', 'CREATE OR REPLACE MATERIALIZED VIEW'), '''1 minute''', '''5 minutes'''));
@@ -96,16 +100,39 @@ SELECT micromegas.mm_create_view($$CREATE MATERIALIZED VIEW u_daily WITH (
   merge_partitions_query = 'SELECT day, process_id, sum(count) AS count FROM {source} GROUP BY 1, 2',
   update_group = 4000, time_column = 'day')$$);
 SQL
-  rows "$db" >"$MMV_RUN/upgrade.$from.before"
-  # The update needs btree_gist, which an UPDATE does not install: refused
-  # with Postgres' hint until an admin creates it (the README says so).
-  if q "$db" -c "ALTER EXTENSION micromegas_views UPDATE" 2>"$MMV_RUN/upgrade.$from.refused"; then
-    echo "upgrade from $from: updated without btree_gist"; status=1
+  if [ "$from" = 0.1.4 ]; then
+    # 0.1.4's state that 0.1.5 reshapes: a job running under a worker-name
+    # lease (requeued by the upgrade), a queued one, and a deny rule's hit
+    # (moved to query_deny_hits).
+    q "$db" >/dev/null <<'SQL'
+SELECT micromegas.mm_refresh_view('u_daily', '2024-01-01', '2024-01-02');
+SELECT micromegas.mm_refresh_view('u_daily', '2024-01-02', '2024-01-03');
+SELECT job_id FROM micromegas.mm_claim_job('old-worker');
+SELECT * FROM micromegas.deny_queries($$client = 'old'$$, 'kept');
+SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromegas.query_deny_list), '2024-05-01');
+SQL
   fi
-  grep -q 'required extension "btree_gist" is not installed' "$MMV_RUN/upgrade.$from.refused" \
-    || { echo "upgrade from $from: unexpected refusal: $(cat "$MMV_RUN/upgrade.$from.refused")"; status=1; }
-  q "$db" -c "CREATE SCHEMA btree_gist" -c "CREATE EXTENSION btree_gist SCHEMA btree_gist"
+  rows "$db" >"$MMV_RUN/upgrade.$from.before"
+  if [ $needs_gist = no ]; then
+    # The update needs btree_gist, which an UPDATE does not install: refused
+    # with Postgres' hint until an admin creates it (the README says so).
+    if q "$db" -c "ALTER EXTENSION micromegas_views UPDATE" 2>"$MMV_RUN/upgrade.$from.refused"; then
+      echo "upgrade from $from: updated without btree_gist"; status=1
+    fi
+    grep -q 'required extension "btree_gist" is not installed' "$MMV_RUN/upgrade.$from.refused" \
+      || { echo "upgrade from $from: unexpected refusal: $(cat "$MMV_RUN/upgrade.$from.refused")"; status=1; }
+    q "$db" -c "CREATE SCHEMA btree_gist" -c "CREATE EXTENSION btree_gist SCHEMA btree_gist"
+  fi
   q "$db" -c "ALTER EXTENSION micromegas_views UPDATE"
+  if [ "$from" = 0.1.4 ]; then
+    jobs=$(q "$db" -c "SELECT string_agg(state || ':' || coalesce(failure_phase, '-'), ',' ORDER BY begin_time) FROM micromegas.jobs")
+    [ "$jobs" = "queued:lease,queued:-" ] || { echo "upgrade from 0.1.4: jobs are $jobs, expected the running one requeued"; status=1; }
+    hit=$(q "$db" -c "SELECT reason || ' ' || last_hit_at::date FROM micromegas.list_query_denials()")
+    [ "$hit" = "kept 2024-05-01" ] || { echo "upgrade from 0.1.4: deny rule and hit are '$hit'"; status=1; }
+    # The requeued job works with the token protocol.
+    got=$(q "$db" -c "SELECT micromegas.mm_finish_job(job_id, lease_token, true) FROM micromegas.mm_claim_job('new-worker')")
+    [ "$got" = done ] || { echo "upgrade from 0.1.4: a requeued job could not be claimed and finished ($got)"; status=1; }
+  fi
   got=$(q "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'micromegas_views'")
   [ "$got" = "$current" ] || { echo "upgrade from $from: at version $got, expected $current"; status=1; }
   rows "$db" >"$MMV_RUN/upgrade.$from.after"

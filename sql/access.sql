@@ -21,11 +21,23 @@ CREATE TABLE micromegas.query_deny_list (
   created_at timestamptz NOT NULL,
   created_by varchar(255) NOT NULL,
   reason text NOT NULL,
-  match_expr text NOT NULL,
-  last_hit_at timestamptz
+  match_expr text NOT NULL
 );
 COMMENT ON TABLE micromegas.query_deny_list IS
   'Query deny list (seed 002): a FlightSQL query whose context makes match_expr TRUE is rejected';
+
+-- <deny hits>
+-- When each rule last fired, as the services report it. A table of its own,
+-- with no foreign key: recording a hit never locks a rule, so a service can
+-- never hold up remove_query_denial (the listings join it back as seed
+-- 002's last_hit_at).
+CREATE TABLE micromegas.query_deny_hits (
+  rule_id uuid PRIMARY KEY,
+  last_hit_at timestamptz NOT NULL
+);
+COMMENT ON TABLE micromegas.query_deny_hits IS
+  'The last time each deny rule matched a query, recorded by the services (mm_record_query_denial_hits)';
+-- </deny hits>
 
 -- The audience rules, in one place: the table's CHECK and the functions'
 -- messages both come from here. NULL when the row is valid.
@@ -58,21 +70,21 @@ COMMENT ON TABLE micromegas.audience_grants IS
 -- <deny list>
 -- BEFORE INSERT OR UPDATE OR DELETE: a rule is compiled before it is stored;
 -- the cap is counted under the access_state row lock, which every writer of
--- a rule takes, so it holds exactly; recording hits (only last_hit_at
--- changes) takes no lock and announces nothing.
+-- a rule takes, so it holds exactly. The creation columns are the
+-- extension's (a superuser's pg_restore keeps the dumped ones).
 CREATE FUNCTION micromegas._mm_deny_list_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   cap integer;
   held bigint;
 BEGIN
-  IF TG_OP = 'UPDATE' AND (NEW.rule_id, NEW.created_at, NEW.created_by, NEW.reason, NEW.match_expr)
-                          IS NOT DISTINCT FROM
-                          (OLD.rule_id, OLD.created_at, OLD.created_by, OLD.reason, OLD.match_expr) THEN
-    RETURN NEW;
-  END IF;
   UPDATE micromegas.access_state SET deny_list_version = deny_list_version + 1;
   IF TG_OP = 'DELETE' THEN
+    -- Its hit time goes too, unless a service is recording one right now
+    -- (never waited for: the listings only show hits of existing rules).
+    DELETE FROM micromegas.query_deny_hits h
+     WHERE h.ctid = ANY (ARRAY(SELECT x.ctid FROM micromegas.query_deny_hits x
+                                WHERE x.rule_id = OLD.rule_id FOR UPDATE SKIP LOCKED));
     RETURN OLD;
   END IF;
   IF TG_OP = 'UPDATE' AND (NEW.rule_id, NEW.created_at, NEW.created_by)
@@ -90,8 +102,10 @@ BEGIN
     PERFORM micromegas._mm_check_deny_rule(NEW.match_expr);
   END IF;
   IF TG_OP = 'INSERT' THEN
-    NEW.created_at := coalesce(NEW.created_at, clock_timestamp());
-    NEW.created_by := coalesce(nullif(btrim(NEW.created_by), ''), micromegas._mm_actor());
+    IF NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL THEN
+      NEW.created_at := clock_timestamp();
+      NEW.created_by := micromegas._mm_actor();
+    END IF;
     cap := micromegas._mm_deny_max_rules();
     SELECT count(*) INTO held FROM micromegas.query_deny_list;
     IF held >= cap THEN
@@ -122,8 +136,7 @@ CREATE TRIGGER query_deny_list_notify
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_deny_list_notify();
 CREATE TRIGGER query_deny_list_notify_update
   AFTER UPDATE ON micromegas.query_deny_list
-  FOR EACH ROW WHEN ((NEW.reason, NEW.match_expr) IS DISTINCT FROM (OLD.reason, OLD.match_expr))
-  EXECUTE FUNCTION micromegas._mm_deny_list_notify();
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_deny_list_notify();
 CREATE TRIGGER query_deny_list_no_truncate
   BEFORE TRUNCATE ON micromegas.query_deny_list
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -147,8 +160,8 @@ CREATE FUNCTION micromegas.list_query_denials()
 RETURNS TABLE (rule_id text, created_at timestamptz, created_by text, reason text, match_expr text,
                last_hit_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT q.rule_id::text, q.created_at, q.created_by::text, q.reason, q.match_expr, q.last_hit_at
-    FROM micromegas.query_deny_list q
+  SELECT q.rule_id::text, q.created_at, q.created_by::text, q.reason, q.match_expr, h.last_hit_at
+    FROM micromegas.query_deny_list q LEFT JOIN micromegas.query_deny_hits h ON h.rule_id = q.rule_id
    ORDER BY q.created_at, q.rule_id
 $$;
 
@@ -172,16 +185,19 @@ BEGIN
 END
 $$;
 
--- A service flushes the rules' hits; only last_hit_at moves, and never back.
+-- A service flushes the rules' hits: last_hit_at only moves forward, never
+-- past the server's clock (a NULL time is now), and only for rules that
+-- exist. Takes no lock on a rule. Returns how many rules it touched.
 CREATE FUNCTION micromegas.mm_record_query_denial_hits(rule_ids uuid[], at timestamptz) RETURNS integer
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   touched integer;
+  hit timestamptz := least(coalesce(at, now()), now());
 BEGIN
-  UPDATE micromegas.query_deny_list q
-     SET last_hit_at = greatest(coalesce(q.last_hit_at, at), at)
-   WHERE q.rule_id = ANY (rule_ids);
+  INSERT INTO micromegas.query_deny_hits AS h (rule_id, last_hit_at)
+  SELECT DISTINCT q.rule_id, hit FROM micromegas.query_deny_list q WHERE q.rule_id = ANY (rule_ids)
+  ON CONFLICT (rule_id) DO UPDATE SET last_hit_at = greatest(h.last_hit_at, EXCLUDED.last_hit_at);
   GET DIAGNOSTICS touched = ROW_COUNT;
   RETURN touched;
 END
@@ -261,9 +277,13 @@ BEGIN
   IF problem IS NOT NULL THEN
     RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF TG_OP = 'INSERT' THEN
-    NEW.created_at := coalesce(NEW.created_at, clock_timestamp());
-    NEW.created_by := coalesce(nullif(btrim(NEW.created_by), ''), micromegas._mm_actor());
+  IF TG_OP = 'INSERT' AND NOT micromegas._mm_installing()
+     AND (NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL) THEN
+    NEW.created_at := clock_timestamp();
+    NEW.created_by := micromegas._mm_actor();
+  ELSIF TG_OP = 'UPDATE' THEN
+    NEW.created_at := OLD.created_at;
+    NEW.created_by := OLD.created_by;
   END IF;
   RETURN NEW;
 END
@@ -292,9 +312,8 @@ CREATE TRIGGER audience_grants_no_truncate
   BEFORE TRUNCATE ON micromegas.audience_grants
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
 
--- Everyone may read the public audience, and mint into it.
-INSERT INTO micromegas.audience_grants (audience, axis, selector, created_at, created_by)
-VALUES ('public', 'read', '*', now(), 'micromegas_views'), ('public', 'mint', '*', now(), 'micromegas_views');
+-- The two shipped grants (everyone may read the public audience, and mint
+-- into it) are written with the other shipped rows (sql/api.sql).
 
 -- Grants or revokes one (audience, axis, selector); the outcome is
 -- granted/already_granted or revoked/not_found.
@@ -334,33 +353,54 @@ BEGIN
 END
 $$;
 
--- The selectors of the caller a service acts for: user:<caller_email> and
--- group:<g> for each of caller_groups (comma-separated), from the settings
--- the connecting service sets per request — a claim that service makes.
--- Never '*'.
-CREATE FUNCTION micromegas._mm_caller_selectors() RETURNS text[]
+-- The end user a service claims to act for, from the settings it sets per
+-- request: caller_email, caller_groups (comma-separated) and
+-- caller_is_admin. Selectors user:<email> and group:<g>, never '*'. claimed
+-- is false when none of the three is set.
+CREATE FUNCTION micromegas._mm_caller_claims(OUT is_admin boolean, OUT selectors text[], OUT claimed boolean)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT array_remove(
+  SELECT coalesce(lower(btrim(current_setting('micromegas_views.caller_is_admin', true))) IN ('on', 'true', 'yes', '1'), false),
+         array_remove(
            ARRAY['user:' || nullif(btrim(current_setting('micromegas_views.caller_email', true)), '')]
            || ARRAY(SELECT 'group:' || btrim(g)
                       FROM unnest(string_to_array(current_setting('micromegas_views.caller_groups', true), ',')) g
                      WHERE btrim(g) <> ''),
-           NULL)
+           NULL),
+         coalesce(nullif(btrim(current_setting('micromegas_views.caller_email', true)), ''),
+                  nullif(btrim(current_setting('micromegas_views.caller_groups', true)), ''),
+                  nullif(btrim(current_setting('micromegas_views.caller_is_admin', true)), '')) IS NOT NULL
 $$;
 
--- Seed 002: the grants the caller may see. A member of micromegas_admin (by
--- its login role, session_user, which no setting changes) sees every row;
--- anyone else sees every row of each (audience, axis) pair it holds through
--- one of its own selectors; a caller with none sees nothing.
+-- Seed 002: the grants an end user may see. Which grants exist is decided
+-- by database privileges (the table and the snapshot: services and admins
+-- only). This listing is a presentation rule for the end user a service
+-- acts for: a claimed admin (caller_is_admin) sees every row; a claimed
+-- user sees every row of each (audience, axis) pair one of its selectors
+-- holds; claims are honoured only from a member of micromegas_service or
+-- micromegas_admin (the role running the statement, not the login role and
+-- not a setting). Without claims, an admin sees every row (psql) and a
+-- service none. Anyone else: nothing.
 CREATE FUNCTION micromegas.list_audience_grants()
 RETURNS TABLE (audience text, axis text, selector text, created_at timestamptz, created_by text)
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT g.audience::text, g.axis::text, g.selector::text, g.created_at, g.created_by::text
-    FROM micromegas.audience_grants g
-   WHERE pg_has_role(session_user, 'micromegas_admin', 'MEMBER')
-      OR (g.audience, g.axis) IN (SELECT h.audience, h.axis FROM micromegas.audience_grants h
-                                   WHERE h.selector = ANY (array_remove(micromegas._mm_caller_selectors(), '*')))
-   ORDER BY g.audience, g.axis, g.selector
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  caller text := micromegas._mm_caller();
+  is_admin boolean := pg_catalog.pg_has_role(caller, 'micromegas_admin', 'MEMBER');
+  c record;
+BEGIN
+  IF NOT (is_admin OR pg_catalog.pg_has_role(caller, 'micromegas_service', 'MEMBER')) THEN
+    RETURN;
+  END IF;
+  SELECT * INTO c FROM micromegas._mm_caller_claims();
+  RETURN QUERY
+    SELECT g.audience::text, g.axis::text, g.selector::text, g.created_at, g.created_by::text
+      FROM micromegas.audience_grants g
+     WHERE CASE WHEN c.claimed THEN
+                  c.is_admin OR (g.audience, g.axis) IN (SELECT h.audience, h.axis FROM micromegas.audience_grants h
+                                                          WHERE h.selector = ANY (c.selectors))
+                ELSE is_admin END
+     ORDER BY g.audience, g.axis, g.selector;
+END
 $$;
 -- </audience grants>
 
@@ -372,8 +412,9 @@ CREATE FUNCTION micromegas.mm_query_deny_list_snapshot()
 RETURNS TABLE (version bigint, rule_id uuid, created_at timestamptz, created_by text, reason text,
                match_expr text, last_hit_at timestamptz)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT a.deny_list_version, q.rule_id, q.created_at, q.created_by::text, q.reason, q.match_expr, q.last_hit_at
+  SELECT a.deny_list_version, q.rule_id, q.created_at, q.created_by::text, q.reason, q.match_expr, h.last_hit_at
     FROM micromegas.access_state a LEFT JOIN micromegas.query_deny_list q ON true
+    LEFT JOIN micromegas.query_deny_hits h ON h.rule_id = q.rule_id
    ORDER BY q.created_at, q.rule_id
 $$;
 

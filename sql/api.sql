@@ -320,6 +320,10 @@ SELECT b->>'view_set_name', (b->>'update_group')::integer, b->>'kind',
 INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
 VALUES ('log_stats', micromegas._mm_shipped_log_stats());
 
+-- Everyone may read the public audience, and mint into it (sql/access.sql).
+INSERT INTO micromegas.audience_grants (audience, axis, selector, created_at, created_by)
+VALUES ('public', 'read', '*', now(), 'micromegas_views'), ('public', 'mint', '*', now(), 'micromegas_views');
+
 -- pg_dump keeps what an admin or a service wrote: every row but those still
 -- exactly as shipped (CREATE EXTENSION recreates them), the definitions in
 -- materialization order so that a restore validates each after what it reads,
@@ -344,6 +348,8 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_defini
                                            $$WHERE operation <> 'install'$$);
 -- Jobs (sql/jobs.sql): every request is kept.
 SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
+-- Deny-rule hits (sql/access.sql; 0.1.5, last as the upgrade adds it).
+SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_hits', '');
 
 -- <comments>
 -- What \df+ shows.
@@ -388,11 +394,13 @@ COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, j
 COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
 COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
-  'A worker claims the oldest queued job, with a lease';
-COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, text) IS
-  'A worker extends its lease; says whether the job should stop';
-COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) IS
-  'A worker reports a job''s result';
+  'A worker claims the oldest queued job, with a lease and the lease token that proves the claim';
+COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
+  'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid) IS
+  'A worker extends its lease (proved by the token mm_claim_job returned); says whether the job should stop';
+COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, uuid, boolean, text, text, boolean) IS
+  'A worker reports a job''s result under its lease token; any other caller gets 55000 and changes nothing';
 COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
   'Cancel a queued job, or ask a running one to stop';
 COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
@@ -417,70 +425,5 @@ COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer,
   'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
 -- </comments>
 
--- <privileges>
--- Privileges. PUBLIC may read the catalog version and the list of view
--- sets; micromegas_reader reads the catalog; micromegas_admin (a member of
--- the reader) changes it. The internal functions (_mm_*: version, lock,
--- validation steps) are callable by neither role: the SECURITY DEFINER
--- functions and triggers call them.
-GRANT USAGE ON SCHEMA micromegas TO PUBLIC;
-REVOKE ALL ON ALL TABLES IN SCHEMA micromegas FROM PUBLIC;
-REVOKE EXECUTE ON ALL FUNCTIONS IN SCHEMA micromegas FROM PUBLIC;
-GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.lakehouse_view_set_definitions TO micromegas_admin;
-GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.builtin_view_sets TO micromegas_admin;
-GRANT SELECT, INSERT, DELETE ON micromegas.removed_shipped_rows TO micromegas_admin;
-GRANT SELECT ON micromegas.lakehouse_view_set_definitions, micromegas.builtin_view_sets,
-                micromegas.catalog_state TO micromegas_reader;
--- The deny list and the grants (sql/access.sql): admins write them; the
--- services (readers) load the rules, match, record hits, and list the grants
--- their caller may see.
-GRANT SELECT, INSERT, UPDATE, DELETE ON micromegas.query_deny_list, micromegas.audience_grants TO micromegas_admin;
-GRANT SELECT ON micromegas.query_deny_list TO micromegas_reader;
--- Partitions (sql/partitions.sql): readers list them; the services
--- (micromegas_service) write them and claim expired files, directly or through
--- mm_write_partition / mm_replace_partitions / mm_expired_files; admins retire
--- them through the retire functions only.
-GRANT SELECT ON micromegas.lakehouse_partitions, micromegas.temporary_files,
-                micromegas.view_set_schema_hashes TO micromegas_reader;
-GRANT INSERT, UPDATE, DELETE ON micromegas.lakehouse_partitions TO micromegas_service;
-GRANT INSERT, DELETE ON micromegas.temporary_files TO micromegas_service;
--- Definition history: readers read it; only the trigger and the admin
--- functions write it.
-GRANT SELECT ON micromegas.lakehouse_view_set_definition_history TO micromegas_reader;
--- Jobs: readers see them; admins request and cancel (functions); the
--- services' workers claim, heartbeat and finish (functions).
-GRANT SELECT ON micromegas.jobs TO micromegas_reader;
-DO $$
-DECLARE
-  f regprocedure;
-BEGIN
-  FOR f IN SELECT p.oid::regprocedure FROM pg_catalog.pg_proc p
-            WHERE p.pronamespace = 'micromegas'::regnamespace AND p.proname NOT LIKE '\_mm\_%' LOOP
-    EXECUTE pg_catalog.format('GRANT EXECUTE ON FUNCTION %s TO micromegas_admin', f);
-  END LOOP;
-END
-$$;
-GRANT EXECUTE ON FUNCTION micromegas.mm_catalog_version() TO PUBLIC;
-GRANT EXECUTE ON FUNCTION micromegas.list_view_sets() TO PUBLIC;
-GRANT EXECUTE ON FUNCTION micromegas.list_view_set_definitions(), micromegas.list_view_sets(),
-  micromegas.mm_view_set_snapshot(), micromegas.mm_materialization_order(),
-  micromegas.list_view_dependencies(), micromegas.mm_catalog_version(),
-  micromegas.mm_explain_view(text), micromegas.mm_catalog_violations() TO micromegas_reader;
-GRANT EXECUTE ON FUNCTION micromegas.list_audience_grants(), micromegas.mm_sql_hash(text),
-  micromegas.mm_match_query_denial(text, text, text, text, text, text, text, text, text, text, text, text),
-  micromegas.mm_match_query_denial_context(jsonb), micromegas.mm_record_query_denial_hits(uuid[], timestamptz),
-  micromegas.mm_query_deny_list_snapshot(), micromegas.mm_audience_grants_snapshot(), micromegas.mm_access_versions()
-  TO micromegas_reader;
-GRANT EXECUTE ON FUNCTION micromegas.mm_view_history(text), micromegas.mm_describe_view(text, bigint)
-  TO micromegas_reader;
-GRANT EXECUTE ON FUNCTION micromegas.list_partitions(text, text), micromegas.list_incompatible_partitions(text),
-  micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) TO micromegas_reader;
-GRANT EXECUTE ON FUNCTION
-  micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint,
-                                bytea, bytea, bigint, integer, text[], timestamptz),
-  micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]),
-  micromegas.mm_expired_files(integer) TO micromegas_service;
-GRANT EXECUTE ON FUNCTION micromegas.mm_job(uuid), micromegas.list_jobs(text, text) TO micromegas_reader;
-GRANT EXECUTE ON FUNCTION micromegas.mm_claim_job(text, text[]), micromegas.mm_heartbeat_job(uuid, text),
-  micromegas.mm_finish_job(uuid, text, boolean, text, text, boolean) TO micromegas_service;
--- </privileges>
+-- Last: every privilege, from the matrix (sql/privileges.sql).
+SELECT micromegas._mm_apply_privileges();

@@ -34,18 +34,22 @@ COMMENT ON TABLE micromegas.lakehouse_view_set_definition_history IS
   'Every committed version of every materialized view definition (written by a trigger)';
 
 -- What kind of write an INSERT or UPDATE of a definition is: the extension's
--- own (install, a re-check of a dependent), a restore, or an admin's create
--- or replace (a CREATE OR REPLACE turned into an UPDATE marks itself). The
+-- own (install; a re-check of a dependent, or a dumped row loaded over a
+-- shipped one), a restore, a CREATE OR REPLACE turned into an UPDATE, or a
+-- caller's create or replace. Told by the intent the extension's own code
+-- pushed (src/pg/trust.rs), never by a setting or the trigger depth. The
 -- history records it; with_no_data = false acts on creates and replaces only.
 CREATE FUNCTION micromegas._mm_write_kind(tg_op text, view_set_name text) RETURNS text
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-  SELECT CASE
-    WHEN micromegas._mm_installing() THEN 'install'
-    WHEN pg_catalog.current_setting('micromegas_views.restoring', true) = $2 THEN 'restore'
-    WHEN pg_catalog.current_setting('micromegas_views.replacing', true) = $2 THEN 'replace'
-    WHEN pg_catalog.pg_trigger_depth() > 1 THEN 'recheck'
-    WHEN $1 = 'INSERT' THEN 'create'
-    ELSE 'replace' END
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  intent text := micromegas._mm_intent(view_set_name);
+BEGIN
+  IF micromegas._mm_installing() THEN
+    RETURN 'install';
+  END IF;
+  RETURN coalesce(CASE WHEN intent = 'load' THEN 'recheck' ELSE intent END,
+                  CASE WHEN tg_op = 'INSERT' THEN 'create' ELSE 'replace' END);
+END
 $$;
 
 -- AFTER each row change. Named to fire first among the table's AFTER
@@ -171,7 +175,7 @@ DECLARE
 BEGIN
   PERFORM micromegas._mm_lock_catalog();
   h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
-  PERFORM pg_catalog.set_config('micromegas_views.restoring', h.view_set_name, true);
+  PERFORM micromegas._mm_intent_begin('restore', h.view_set_name);
   UPDATE micromegas.lakehouse_view_set_definitions d
      SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
          merge_partitions_query = h.merge_partitions_query, update_group = h.update_group,
@@ -185,7 +189,7 @@ BEGIN
             h.update_group, h.view_options);
     outcome := 'recreated';
   END IF;
-  PERFORM pg_catalog.set_config('micromegas_views.restoring', '', true);
+  PERFORM micromegas._mm_intent_end('restore');
   RETURN QUERY SELECT h.view_set_name, outcome, micromegas.mm_catalog_version(),
                       micromegas._mm_incompatible_count(h.view_set_name);
 END

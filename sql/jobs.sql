@@ -19,15 +19,21 @@ CREATE TABLE micromegas.jobs (
   created_by_role text NOT NULL DEFAULT session_user,
   started_at timestamptz,
   finished_at timestamptz,
-  -- The worker that holds the job (running), or held it last.
+  -- The worker that holds the job (running), or held it last: a name for
+  -- people; what proves a claim is the lease token (lease_token_hash).
   worker text,
   lease_expires_at timestamptz,
   attempts integer NOT NULL DEFAULT 0,
   failure_phase text,
   failure_message text,
   failure_retryable boolean,
+  -- Only a hash of the running claim's lease token, so no reader of this
+  -- table can use it (0.1.5; last, as the upgrade adds it).
+  lease_token_hash bytea,
   CONSTRAINT jobs_range CHECK (begin_time IS NULL OR end_time IS NULL OR begin_time <= end_time),
-  CONSTRAINT jobs_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL) AND (state <> 'running' OR worker IS NOT NULL))
+  CONSTRAINT jobs_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL)
+                               AND (state = 'running') = (lease_token_hash IS NOT NULL)
+                               AND (state <> 'running' OR worker IS NOT NULL))
 );
 CREATE INDEX jobs_queued ON micromegas.jobs (created_at) WHERE state = 'queued';
 CREATE INDEX jobs_running ON micromegas.jobs (lease_expires_at) WHERE state = 'running';
@@ -55,7 +61,10 @@ CREATE TRIGGER jobs_no_truncate
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
 
 -- A request: the view set must exist and load. A queued job of the same
--- kind whose range covers the requested one is returned instead of a new one.
+-- kind and parameters whose range covers the requested one is returned
+-- instead of a new one. The catalog lock comes first (the one a DROP
+-- takes), so a request and a DROP are ordered: a request after the DROP
+-- finds no view; a DROP after the request cancels its job.
 CREATE FUNCTION micromegas._mm_request_job(
   kind text, name text, begin_time timestamptz, end_time timestamptz, params jsonb,
   OUT job_id uuid, OUT existing boolean)
@@ -66,6 +75,7 @@ BEGIN
   IF name IS NULL THEN
     RAISE EXCEPTION 'a job needs a view set name' USING ERRCODE = 'null_value_not_allowed';
   END IF;
+  PERFORM micromegas._mm_lock_catalog();
   IF begin_time > end_time THEN
     RAISE EXCEPTION 'the range of a % job on "%" begins after it ends', kind, name
       USING ERRCODE = 'invalid_parameter_value';
@@ -83,10 +93,9 @@ BEGIN
         USING ERRCODE = 'undefined_object', HINT = 'list_view_sets() shows the view sets.';
     END IF;
   END IF;
-  -- One requester at a time per view set, so two equal requests get one job.
-  PERFORM pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('micromegas_views.jobs:' || name, 0));
   SELECT j.job_id INTO job_id FROM micromegas.jobs j
    WHERE j.kind = _mm_request_job.kind AND j.view_set_name = name AND j.state = 'queued' AND NOT j.cancel_requested
+     AND j.params = coalesce(_mm_request_job.params, '{}')
      AND (j.begin_time IS NULL OR (_mm_request_job.begin_time IS NOT NULL AND j.begin_time <= _mm_request_job.begin_time))
      AND (j.end_time IS NULL OR (_mm_request_job.end_time IS NOT NULL AND j.end_time >= _mm_request_job.end_time))
    ORDER BY j.created_at LIMIT 1;
@@ -152,7 +161,7 @@ BEGIN
          failure_message = format('the lease of worker %s expired at %s (claim %s of %s)', j.worker,
                                   micromegas._mm_time_text(j.lease_expires_at), j.attempts, max_attempts),
          failure_retryable = NOT j.cancel_requested AND j.attempts < max_attempts,
-         lease_expires_at = NULL
+         lease_expires_at = NULL, lease_token_hash = NULL
    WHERE j.job_id = ANY (ARRAY(
            SELECT x.job_id FROM micromegas.jobs x
             WHERE x.state = 'running' AND x.lease_expires_at < clock_timestamp()
@@ -162,31 +171,63 @@ BEGIN
 END
 $$;
 
--- A worker claims the oldest queued job (of the given kinds), with a lease
--- of micromegas_views.job_lease. No row: nothing to do.
-CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
-RETURNS SETOF micromegas.jobs
+-- <claim>
+-- What a claim returns: the job, and the lease token that proves the claim
+-- to mm_heartbeat_job and mm_finish_job (returned once, stored only hashed).
+CREATE TYPE micromegas.claimed_job AS (
+  job_id uuid, kind text, view_set_name text, begin_time timestamptz, end_time timestamptz, params jsonb,
+  attempts integer, worker text, lease_expires_at timestamptz, lease_token uuid);
+
+-- The stored form of a lease token.
+CREATE FUNCTION micromegas._mm_lease_hash(token uuid) RETURNS bytea
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT pg_catalog.sha256(pg_catalog.uuid_send($1))
+$$;
+
+-- A worker claims up to max_jobs of the oldest queued jobs (of the given
+-- kinds), each with a lease of micromegas_views.job_lease and a token of
+-- its own. No row: nothing to do.
+CREATE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
-    RAISE EXCEPTION 'mm_claim_job: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+    RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 1000 THEN
+    RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
   END IF;
   PERFORM micromegas._mm_expire_leases();
   RETURN QUERY
+    WITH picked AS (
+      SELECT x.job_id, gen_random_uuid() AS token FROM micromegas.jobs x
+       WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+       ORDER BY x.created_at LIMIT max_jobs
+         FOR UPDATE SKIP LOCKED)
     UPDATE micromegas.jobs j
-       SET state = 'running', worker = mm_claim_job.worker, started_at = clock_timestamp(),
+       SET state = 'running', worker = mm_claim_jobs.worker, started_at = clock_timestamp(),
            lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           lease_token_hash = micromegas._mm_lease_hash(p.token),
            attempts = j.attempts + 1
-     WHERE j.job_id = (SELECT x.job_id FROM micromegas.jobs x
-                        WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
-                        ORDER BY x.created_at LIMIT 1
-                          FOR UPDATE SKIP LOCKED)
-    RETURNING j.*;
+      FROM picked p
+     WHERE j.job_id = p.job_id
+    RETURNING j.job_id, j.kind, j.view_set_name, j.begin_time, j.end_time, j.params, j.attempts, j.worker,
+              j.lease_expires_at, p.token;
 END
 $$;
 
--- The row of a job this worker holds, locked; otherwise 55000 saying why.
-CREATE FUNCTION micromegas._mm_held_job(id uuid, worker text) RETURNS micromegas.jobs
+-- One job at a time: mm_claim_jobs(worker, 1, kinds).
+CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM micromegas.mm_claim_jobs($1, 1, $2)
+$$;
+
+-- The row of a job held by this lease, locked; otherwise 55000 saying why.
+-- The worker's name proves nothing: two workers may share one, and anyone
+-- may read it.
+CREATE FUNCTION micromegas._mm_held_job(id uuid, lease_token uuid) RETURNS micromegas.jobs
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   j micromegas.jobs;
@@ -195,12 +236,14 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist', id USING ERRCODE = 'no_data_found';
   END IF;
-  IF j.state <> 'running' OR j.worker IS DISTINCT FROM _mm_held_job.worker THEN
-    RAISE EXCEPTION 'job % is not held by worker %', id, worker
+  IF j.state <> 'running' OR lease_token IS NULL
+     OR j.lease_token_hash IS DISTINCT FROM micromegas._mm_lease_hash(lease_token) THEN
+    RAISE EXCEPTION 'job % is not held by this lease', id
       USING ERRCODE = 'object_not_in_prerequisite_state',
             DETAIL = format('The job is %s%s.', j.state,
-                            CASE WHEN j.worker IS NOT NULL THEN format(', held by %s', j.worker) ELSE '' END),
-            HINT = 'Its lease may have expired: the job went back to the queue. Stop working on it.';
+                            CASE WHEN j.state = 'running' THEN format(' under another lease (worker %s)', j.worker)
+                                 ELSE '' END),
+            HINT = 'The lease may have expired and the job been claimed again, or finished: stop working on it.';
   END IF;
   RETURN j;
 END
@@ -208,7 +251,7 @@ $$;
 
 -- The worker is alive: extends the lease. Returns 'running', or
 -- 'cancel_requested' when the worker should stop (and finish the job).
-CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, worker text) RETURNS text
+CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   j micromegas.jobs := micromegas._mm_held_job($1, $2);
@@ -223,7 +266,7 @@ $$;
 -- The worker's result. Returns the job's new state: done; failed (or queued
 -- again when retryable and claims remain); cancelled when that was requested.
 CREATE FUNCTION micromegas.mm_finish_job(
-  job_id uuid, worker text, ok boolean, phase text DEFAULT NULL, message text DEFAULT NULL,
+  job_id uuid, lease_token uuid, ok boolean, phase text DEFAULT NULL, message text DEFAULT NULL,
   retryable boolean DEFAULT false)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -239,7 +282,7 @@ BEGIN
                      WHEN retryable AND j.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
                      ELSE 'failed' END;
   UPDATE micromegas.jobs x
-     SET state = next_state, lease_expires_at = NULL,
+     SET state = next_state, lease_expires_at = NULL, lease_token_hash = NULL,
          finished_at = CASE WHEN next_state = 'queued' THEN NULL ELSE clock_timestamp() END,
          failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
          failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
@@ -248,6 +291,8 @@ BEGIN
   RETURN next_state;
 END
 $$;
+
+-- </claim>
 
 -- Cancels a job: a queued one at once; a running one is marked, and its
 -- worker sees it on its next heartbeat.

@@ -68,6 +68,7 @@ CREATE TABLE micromegas.temporary_files (
   expiration timestamptz NOT NULL
 );
 CREATE INDEX temporary_files_expiration ON micromegas.temporary_files (expiration);
+CREATE INDEX temporary_files_file_path ON micromegas.temporary_files (file_path);
 COMMENT ON TABLE micromegas.temporary_files IS
   'Files of retired partitions; the daemon deletes them after their expiration (mm_expired_files)';
 
@@ -79,22 +80,45 @@ BEGIN
 END
 $$;
 
--- Every deleted partition's file goes to temporary_files (empty partitions
--- have none). One INSERT per statement, whatever deleted the rows.
-CREATE FUNCTION micromegas._mm_partitions_after_delete() RETURNS trigger
+-- <file queue>
+-- The file queue follows what the partitions reference, whatever wrote
+-- them: a file a statement took out of use (the file of a deleted
+-- partition, the old file of one whose file_path an UPDATE changed) goes to
+-- temporary_files once, and only when no remaining partition references it
+-- (two partitions may share a file); a file a statement put (back) in use
+-- (a swap writing back a partition it retired, a service re-inserting one)
+-- leaves the queue. Empty partitions have no file.
+CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  INSERT INTO micromegas.temporary_files (file_path, file_size, expiration)
-  SELECT g.file_path, coalesce(g.file_size, 0), micromegas._mm_file_expiration()
-    FROM gone g
-   WHERE g.file_path IS NOT NULL;
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    DELETE FROM micromegas.temporary_files t
+     WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);
+  END IF;
+  IF TG_OP IN ('DELETE', 'UPDATE') THEN
+    INSERT INTO micromegas.temporary_files (file_path, file_size, expiration)
+    SELECT DISTINCT ON (g.file_path) g.file_path, coalesce(g.file_size, 0), micromegas._mm_file_expiration()
+      FROM gone g
+     WHERE g.file_path IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = g.file_path)
+     ORDER BY g.file_path, g.file_size DESC NULLS LAST;
+  END IF;
   RETURN NULL;
 END
 $$;
 CREATE TRIGGER partitions_queue_files
   AFTER DELETE ON micromegas.lakehouse_partitions
   REFERENCING OLD TABLE AS gone
-  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_after_delete();
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_queue_files();
+CREATE TRIGGER partitions_queue_replaced_files
+  AFTER UPDATE ON micromegas.lakehouse_partitions
+  REFERENCING OLD TABLE AS gone NEW TABLE AS born
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_queue_files();
+CREATE TRIGGER partitions_unqueue_files
+  AFTER INSERT ON micromegas.lakehouse_partitions
+  REFERENCING NEW TABLE AS born
+  FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_queue_files();
+-- </file queue>
 CREATE TRIGGER partitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_partitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -278,9 +302,12 @@ END
 $$;
 
 -- The daemon's claim of expired files: deletes up to max_files expired rows
--- and returns them. Rows another transaction holds are skipped, so two
--- daemons never get the same file. Call it in a transaction and commit
--- after deleting the files: a daemon that dies first gives them back.
+-- and returns those it may delete. A file that a partition references again
+-- (written back after it was queued) leaves the queue and is not returned:
+-- no live file is ever handed out. Rows another transaction holds are
+-- skipped, so two daemons never get the same file. Call it in a transaction
+-- and commit after deleting the files: a daemon that dies first gives them
+-- back.
 CREATE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
 RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -290,14 +317,19 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   RETURN QUERY
-    DELETE FROM micromegas.temporary_files t
-     WHERE t.ctid = ANY (ARRAY(
-             SELECT x.ctid FROM micromegas.temporary_files x
-              WHERE x.expiration <= now()
-              ORDER BY x.expiration
-              LIMIT max_files
-                FOR UPDATE SKIP LOCKED))
-    RETURNING t.file_path::text, t.file_size, t.expiration;
+    WITH claimed AS (
+      DELETE FROM micromegas.temporary_files t
+       WHERE t.ctid = ANY (ARRAY(
+               SELECT x.ctid FROM micromegas.temporary_files x
+                WHERE x.expiration <= now()
+                ORDER BY x.expiration
+                LIMIT max_files
+                  FOR UPDATE SKIP LOCKED))
+      RETURNING t.file_path, t.file_size, t.expiration)
+    SELECT DISTINCT ON (c.file_path) c.file_path::text, c.file_size, c.expiration
+      FROM claimed c
+     WHERE NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
+     ORDER BY c.file_path, c.expiration;
 END
 $$;
 
@@ -495,6 +527,7 @@ DECLARE
   span numeric;
   step numeric;
   buckets numeric;
+  fixed interval;
   bad record;
 BEGIN
   PERFORM micromegas._mm_check_range('mm_plan_regeneration', begin_time, end_time);
@@ -515,18 +548,22 @@ BEGIN
             DETAIL = format('The range is %s seconds long; %s seconds do not divide it into a whole, non-zero number of buckets.', span, step);
   END IF;
   buckets := trim_scale(span / step);
+  -- The same length in seconds only: adding '1 day' to a timestamptz moves
+  -- the calendar day in the session's TimeZone (23 or 25 hours across a DST
+  -- change); buckets tile absolute time.
+  fixed := make_interval(secs => step);
   IF buckets > 100000 THEN
     RAISE EXCEPTION 'mm_plan_regeneration: % buckets of % over [%, %) are too many', buckets, delta,
         micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
       USING ERRCODE = 'program_limit_exceeded', HINT = 'At most 100000 buckets: split the range or use a larger delta.';
   END IF;
-  SELECT p.*, begin_time + floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) * delta AS b
+  SELECT p.*, begin_time + floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) * fixed AS b
     INTO bad
     FROM micromegas.lakehouse_partitions p
    WHERE p.view_set_name = $1 AND p.view_instance_id = 'global'
      AND tstzrange(p.begin_insert_time, p.end_insert_time) && tstzrange(begin_time, end_time)
      AND (p.begin_insert_time < begin_time OR p.end_insert_time > end_time
-          OR p.end_insert_time > begin_time + (floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) + 1) * delta)
+          OR p.end_insert_time > begin_time + (floor((extract(epoch FROM p.begin_insert_time) - extract(epoch FROM begin_time)) / step) + 1) * fixed)
    ORDER BY p.begin_insert_time
    LIMIT 1;
   IF FOUND THEN
@@ -537,11 +574,11 @@ BEGIN
       USING ERRCODE = 'invalid_parameter_value',
             DETAIL = CASE WHEN bad.begin_insert_time < begin_time THEN 'It begins before the range.'
                           WHEN bad.end_insert_time > end_time THEN 'It ends after the range.'
-                          ELSE format('It crosses the bucket boundary at %s.', micromegas._mm_time_text(bad.b + delta)) END,
+                          ELSE format('It crosses the bucket boundary at %s.', micromegas._mm_time_text(bad.b + fixed)) END,
             HINT = 'Choose a range and delta whose boundaries match the existing partitions (list_partitions), '
                    'or retire the partition first (retire_partition_by_metadata).';
   END IF;
-  RETURN QUERY SELECT begin_time + k * delta, begin_time + (k + 1) * delta
+  RETURN QUERY SELECT begin_time + k * fixed, begin_time + (k + 1) * fixed
                  FROM generate_series(0, buckets::bigint - 1) k;
 END
 $$;

@@ -13,24 +13,61 @@
 COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definitions';
 
 -- <roles>
--- The roles: micromegas_reader reads the catalog (the daemon, a FlightSQL
--- replica that only loads it), micromegas_admin (a member of the reader)
--- changes it, micromegas_service (a member of the reader: the daemon and the
--- ingestion services) writes partitions. Roles belong to the cluster, not to a database, so
--- they are created only when missing and DROP EXTENSION leaves them. A role
--- that already exists and can log in or is a superuser is reported: every
--- member of these roles gets their privileges.
+-- The roles: micromegas_reader reads the catalog (dashboards, a FlightSQL
+-- replica that only loads it), micromegas_service (a member of the reader:
+-- the daemon and the ingestion and query services) writes partitions, claims
+-- files and runs jobs, micromegas_admin (a member of the reader, not of the
+-- service) defines views, retires, grants and denies. What each may do is
+-- the privilege matrix (sql/privileges.sql). Roles belong to the cluster,
+-- not to a database, so they are created only when missing and DROP
+-- EXTENSION leaves them.
+--
+-- A role of one of these names that already exists could have been made by
+-- someone else to collect the privileges this extension is about to grant
+-- (a CREATEROLE user who pre-created micromegas_admin and is a member of it,
+-- or holds ADMIN OPTION on it). Such a role is refused unless the superuser
+-- installing says otherwise: it exists with members (beyond the extension's
+-- own admin/service -> reader), LOGIN, SUPERUSER, CREATEROLE or a role
+-- holding ADMIN OPTION on it. The library is loaded first so that the
+-- setting below is the superuser-only one, not a placeholder any role could
+-- have set for the database.
+LOAD 'MODULE_PATHNAME';
 DO $$
 DECLARE
   r record;
+  problems text;
+  found text[] := '{}';
 BEGIN
-  FOR r IN SELECT rolname, rolcanlogin, rolsuper FROM pg_catalog.pg_roles
-            WHERE rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
-              AND (rolcanlogin OR rolsuper) LOOP
-    RAISE WARNING 'role "%" already exists and %', r.rolname,
-      CASE WHEN r.rolsuper THEN 'is a superuser' ELSE 'can log in' END
-      USING HINT = 'These roles are meant to be NOLOGIN groups: grant them to the services'' login roles.';
+  FOR r IN SELECT a.oid, a.rolname, a.rolcanlogin, a.rolsuper, a.rolcreaterole FROM pg_catalog.pg_roles a
+            WHERE a.rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
+            ORDER BY a.rolname LOOP
+    problems := concat_ws('; ',
+      CASE WHEN r.rolsuper THEN 'it is a superuser' END,
+      CASE WHEN r.rolcreaterole THEN 'it has CREATEROLE' END,
+      CASE WHEN r.rolcanlogin THEN 'it can log in' END,
+      (SELECT 'its members are ' || string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname)
+         FROM pg_catalog.pg_auth_members x JOIN pg_catalog.pg_roles m ON m.oid = x.member
+        WHERE x.roleid = r.oid
+          AND NOT (r.rolname = 'micromegas_reader' AND m.rolname IN ('micromegas_admin', 'micromegas_service')
+                   AND NOT x.admin_option)),
+      (SELECT 'ADMIN OPTION on it is held by ' || string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname)
+         FROM pg_catalog.pg_auth_members x JOIN pg_catalog.pg_roles m ON m.oid = x.member
+        WHERE x.roleid = r.oid AND x.admin_option));
+    CONTINUE WHEN problems = '';
+    found := found || pg_catalog.format('role "%s" already exists: %s', r.rolname, problems);
   END LOOP;
+  IF found <> '{}' THEN
+    IF pg_catalog.current_setting('micromegas_views.adopt_existing_roles') = 'on' THEN
+      RAISE WARNING '%; adopted as they are', pg_catalog.array_to_string(found, '; ');
+    ELSE
+      RAISE EXCEPTION '%', pg_catalog.array_to_string(found, '; ')
+        USING ERRCODE = 'duplicate_object',
+              DETAIL = 'Every member of these roles would get the privileges micromegas_views grants them.',
+              HINT = 'If micromegas_views made them in another database of this cluster and their members are the '
+                     'ones you expect, run SET micromegas_views.adopt_existing_roles = on (superuser only) and '
+                     'CREATE EXTENSION again; otherwise drop or rename the roles first.';
+    END IF;
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_reader') THEN
     CREATE ROLE micromegas_reader NOLOGIN;
   END IF;
@@ -177,6 +214,8 @@ DECLARE
   checked_schema text;
   problem text;
 BEGIN
+  -- Every write below is the extension's own re-check (src/pg/trust.rs).
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
   FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
     BEGIN
@@ -212,33 +251,50 @@ BEGIN
        WHERE d.view_set_name = dep.view_set_name;
     END IF;
   END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+END
+$$;
+
+-- Whether a caller's INSERT is a superuser loading a dumped row (what
+-- pg_restore does): it alone keeps the row's given audit columns and may
+-- load a definition that had failed to load. A dumped row carries every
+-- column, so one without its creation time is an ordinary write.
+CREATE FUNCTION micromegas._mm_loading(given_created_at timestamptz) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN given_created_at IS NOT NULL AND micromegas._mm_caller_is_superuser();
 END
 $$;
 
 -- BEFORE INSERT OR UPDATE: lock, derive, validate — one call to
 -- _mm_prepare_definition. Whatever path writes the row, it is checked
--- exactly like mm_create_view; the schema, hash and reads are always
--- derived, never taken from the writer. An INSERT of a view that exists is
--- refused, unless its statement says CREATE OR REPLACE: then it becomes an
--- UPDATE of that row. Writes made by this extension's own triggers
--- (pg_trigger_depth() > 1) are the only ones that may mark a definition
--- failed or keep the audit columns they were given.
+-- exactly like mm_create_view; the schema, hash, reads, load status and
+-- audit columns are always derived, never taken from the writer. An INSERT
+-- of a view that exists is refused (42710), shipped or not, unless its
+-- statement says CREATE OR REPLACE: then it becomes an UPDATE of that row.
+-- The extension's own writes are told apart by the intent its code pushed
+-- (src/pg/trust.rs), which no caller can set: only a re-check may mark a
+-- definition failed or keep the audit columns, and only a superuser's
+-- pg_restore load (_mm_loading) keeps the columns of a dumped row.
 CREATE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  internal boolean := pg_catalog.pg_trigger_depth() > 1;
+  intent text := micromegas._mm_intent(NEW.view_set_name);
+  keep_given boolean;
   statement_sql text := NEW.definition_sql;
   p record;
 BEGIN
   IF TG_OP = 'INSERT' THEN
     PERFORM micromegas._mm_lock_catalog();
     NEW.shipped := micromegas._mm_installing();
-    IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
-                                    WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
-      -- An INSERT over a row still exactly as shipped becomes an UPDATE of
-      -- it (validated like any other, keeping the given timestamps and
-      -- actor): this is how a restore (CREATE EXTENSION, then the dumped
-      -- rows) brings back a replaced log_stats.
+    keep_given := micromegas._mm_loading(NEW.created_at) OR intent IS NOT DISTINCT FROM 'load';
+    IF NOT NEW.shipped AND keep_given AND EXISTS (
+         SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+          WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- A superuser loading a dumped row over one still exactly as shipped
+      -- (a restore: CREATE EXTENSION, then the dumped rows) updates it,
+      -- validated like any other, keeping the dumped timestamps and actor.
+      PERFORM micromegas._mm_intent_begin('load', NEW.view_set_name);
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
              count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
@@ -246,19 +302,30 @@ BEGIN
              created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
              load_status = coalesce(NEW.load_status, 'ok')
        WHERE d.view_set_name = NEW.view_set_name;
+      PERFORM micromegas._mm_intent_end('load');
       RETURN NULL;
     END IF;
   ELSE
     PERFORM micromegas._mm_next_version();
+    keep_given := coalesce(intent IN ('recheck', 'load'), false);
     -- Rows stay "as shipped" only through the extension's own scripts.
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
-    IF internal AND NEW.load_status = 'failed' AND OLD.load_status IS DISTINCT FROM 'failed'
+    IF intent IS NOT DISTINCT FROM 'recheck' AND NEW.load_status = 'failed'
+       AND OLD.load_status IS DISTINCT FROM 'failed'
        AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
             NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
            IS NOT DISTINCT FROM
            (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
             OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-      -- The extension marks a definition whose source changed as failed to load.
+      -- A re-check marks a definition whose source changed as failed to load.
+      NEW.reads := OLD.reads;
+      NEW.schema_ipc := OLD.schema_ipc;
+      NEW.schema_json := OLD.schema_json;
+      NEW.schema_hash := OLD.schema_hash;
+      NEW.updated_at := OLD.updated_at;
+      NEW.updated_by := OLD.updated_by;
+      NEW.updated_by_role := OLD.updated_by_role;
+      NEW.created_at := OLD.created_at;
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -280,10 +347,10 @@ BEGIN
   SELECT * INTO p FROM micromegas._mm_prepare_definition(
     NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
     NEW.update_group, NEW.view_options,
-    -- A restored row that had failed to load is validated again: it loads
-    -- if it plans now, and is kept as failed with the fresh reason if its
+    -- A dumped row that had failed to load is validated again: it loads if
+    -- it plans now, and is kept as failed with the fresh reason if its
     -- queries still do not plan. Any other problem is refused as usual.
-    (TG_OP = 'INSERT' OR internal) AND NEW.load_status = 'failed');
+    keep_given AND NEW.load_status = 'failed');
 
   IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = p.view_set_name) THEN
     RAISE EXCEPTION 'view set "%" already exists as a built-in view set', p.view_set_name
@@ -301,17 +368,14 @@ BEGIN
       -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
       -- trigger asks the same question again and gets the answer just
       -- computed, from the backend's memory; it re-checks the dependents.
-      -- The history records it as a replace, not as the extension's own
-      -- re-check (sql/history.sql).
-      PERFORM pg_catalog.set_config('micromegas_views.replacing', p.view_set_name, true);
+      -- The history records it as a replace (the intent), not as a re-check.
+      PERFORM micromegas._mm_intent_begin('replace', p.view_set_name);
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
              count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
-             update_group = NEW.update_group, view_options = NEW.view_options,
-             updated_at = clock_timestamp(), updated_by = coalesce(NEW.updated_by, micromegas._mm_actor()),
-             load_status = 'ok'
+             update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
        WHERE d.view_set_name = p.view_set_name;
-      PERFORM pg_catalog.set_config('micromegas_views.replacing', '', true);
+      PERFORM micromegas._mm_intent_end('replace');
       -- mm_create_view reports the replace (a skipped INSERT returns no row).
       PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
       RETURN NULL;
@@ -334,16 +398,16 @@ BEGIN
   NEW.load_error := p.load_error;
   -- The Postgres role that made the change: no setting can change it.
   NEW.updated_by_role := session_user;
-  IF TG_OP = 'INSERT' OR internal THEN
-    -- Given timestamps and actor are kept (a restore reproduces them; a
-    -- re-validation by the extension changes no definition).
+  IF keep_given THEN
+    -- A dumped row keeps its timestamps and actor; a re-validation by the
+    -- extension changes no definition, so it keeps them too.
     NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
     NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
     NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
   ELSE
     NEW.updated_at := clock_timestamp();
     NEW.updated_by := micromegas._mm_actor();
-    NEW.created_at := OLD.created_at;
+    NEW.created_at := CASE WHEN TG_OP = 'INSERT' THEN NEW.updated_at ELSE OLD.created_at END;
   END IF;
   RETURN NEW;
 END
@@ -518,6 +582,7 @@ CREATE FUNCTION micromegas._mm_builtins_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   forms record;
+  keep_given boolean;
 BEGIN
   PERFORM micromegas._mm_next_version();
   IF TG_OP = 'UPDATE' AND NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -533,18 +598,27 @@ BEGIN
   END IF;
   IF TG_OP = 'INSERT' THEN
     NEW.shipped := micromegas._mm_installing();
+    keep_given := micromegas._mm_loading(NEW.registered_at);
     IF NOT NEW.shipped AND EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b
                                     WHERE b.view_set_name = NEW.view_set_name AND b.shipped) THEN
-      -- As for definitions: an INSERT over a shipped row updates it
-      -- (nested, so it keeps the given registration columns).
+      -- An INSERT over a shipped row updates it (a service registering
+      -- today's schema of a shipped built-in; a restore, which keeps the
+      -- dumped registration columns).
+      IF keep_given THEN
+        PERFORM micromegas._mm_intent_begin('load', NEW.view_set_name);
+      END IF;
       UPDATE micromegas.builtin_view_sets b
          SET update_group = NEW.update_group, kind = NEW.kind, has_view_maker = NEW.has_view_maker,
              global_instance_available = NEW.global_instance_available, schema_ipc = NEW.schema_ipc,
              schema_json = NEW.schema_json, registered_at = NEW.registered_at, registered_by = NEW.registered_by
        WHERE b.view_set_name = NEW.view_set_name;
+      IF keep_given THEN
+        PERFORM micromegas._mm_intent_end('load');
+      END IF;
       RETURN NULL;
     END IF;
   ELSE
+    keep_given := micromegas._mm_intent(NEW.view_set_name) IS NOT DISTINCT FROM 'load';
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
   END IF;
   IF NEW.schema_ipc IS NOT NULL AND (TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc) THEN
@@ -558,7 +632,7 @@ BEGIN
   NEW.schema_ipc := forms.schema_ipc;
   NEW.schema_json := forms.schema_json;
   NEW.schema_hash := forms.schema_hash;
-  IF TG_OP = 'INSERT' OR pg_catalog.pg_trigger_depth() > 1 THEN
+  IF keep_given OR micromegas._mm_installing() THEN
     NEW.registered_at := coalesce(NEW.registered_at, clock_timestamp());
     NEW.registered_by := coalesce(NEW.registered_by, micromegas._mm_actor());
   ELSE

@@ -10,6 +10,7 @@ mod pg;
 #[pgrx::pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     pg::settings::register();
+    pg::trust::register();
 }
 
 pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
@@ -17,6 +18,7 @@ pgrx::extension_sql_file!("../sql/access.sql", name = "access");
 pgrx::extension_sql_file!("../sql/partitions.sql", name = "partitions");
 pgrx::extension_sql_file!("../sql/history.sql", name = "history");
 pgrx::extension_sql_file!("../sql/jobs.sql", name = "jobs");
+pgrx::extension_sql_file!("../sql/privileges.sql", name = "privileges");
 pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
 
 #[cfg(any(test, feature = "pg_test"))]

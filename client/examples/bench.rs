@@ -806,8 +806,11 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
                 loop {
                     let rows = client.query(&claim, &[&worker]).await.unwrap();
                     let Some(row) = rows.first() else { return };
+                    // The job and what proves the claim (our lease token; the
+                    // bare queue's worker name).
                     let id: String = row.get(0);
-                    client.execute(&finish, &[&id, &worker]).await.unwrap();
+                    let proof: String = row.get(1);
+                    client.execute(&finish, &[&id, &proof]).await.unwrap();
                 }
             }));
         }
@@ -830,8 +833,8 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
         .unwrap();
     let ours = drain(
         dsn,
-        "SELECT job_id::text FROM micromegas.mm_claim_job($1)",
-        "SELECT micromegas.mm_finish_job($1::text::uuid, $2, true)",
+        "SELECT job_id::text, lease_token::text FROM micromegas.mm_claim_job($1)",
+        "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
     )
     .await;
     let bare = drain(
@@ -839,7 +842,7 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
         "UPDATE bench_queue q SET state = 'running', worker = $1
           WHERE q.id = (SELECT x.id FROM bench_queue x WHERE x.state = 'queued' ORDER BY x.created_at
                          LIMIT 1 FOR UPDATE SKIP LOCKED)
-         RETURNING q.id::text",
+         RETURNING q.id::text, q.worker",
         "UPDATE bench_queue SET state = 'done' WHERE id = $1::text::bigint AND worker = $2",
     )
     .await;

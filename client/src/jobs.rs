@@ -3,10 +3,14 @@
 //! A [`JobWorker`] LISTENs on `micromegas_jobs` and also polls, claims the
 //! oldest queued job (`mm_claim_job`: `FOR UPDATE SKIP LOCKED`, with a
 //! lease), runs the caller's handler while it heartbeats the lease, and
-//! reports the handler's [`JobOutcome`] with `mm_finish_job`. A cancellation
-//! requested while the job runs reaches the handler through
-//! [`JobContext::cancelled`]; a lease the worker lost (it expired and another
-//! worker took the job) stops the handler and reports nothing.
+//! reports the handler's [`JobOutcome`] with `mm_finish_job`. Every claim
+//! carries a lease token, returned once by the claim and required by the
+//! heartbeat and the finish: the worker's name proves nothing (two workers
+//! may share one). A cancellation requested while the job runs reaches the
+//! handler through [`JobContext::cancelled`]; a lease the worker lost (it
+//! expired and another worker took the job, or the job was finished under
+//! another lease) is reported as [`Ran::LeaseLost`], whether a heartbeat or
+//! the finish found out, and the worker goes on with the next job.
 
 use crate::{connection_config, forward_notifications};
 use std::future::Future;
@@ -15,6 +19,13 @@ use tokio::sync::watch;
 use tokio_postgres::{Client, NoTls};
 
 pub const JOBS_CHANNEL: &str = "micromegas_jobs";
+
+/// The refusal of a heartbeat or finish whose lease is no longer the job's
+/// (SQLSTATE 55000): the job went back to the queue, was claimed again or
+/// finished. Not a connection problem: the worker goes on.
+fn lease_lost(e: &tokio_postgres::Error) -> bool {
+    e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE)
+}
 
 /// A claimed job, as `mm_claim_job` returns it.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,8 +94,9 @@ pub enum Ran {
     /// Reported with `mm_finish_job`; the job's new state (`done`,
     /// `failed`, `queued` for a retry, `cancelled`).
     Finished { job_id: String, state: String },
-    /// The lease was lost while the handler ran: the handler was stopped and
-    /// nothing was reported (another worker owns the job now).
+    /// The lease was lost: while the handler ran (it was stopped) or by the
+    /// time it finished. Nothing was reported; another worker owns the job
+    /// now, or it ended without this worker.
     LeaseLost { job_id: String },
 }
 
@@ -136,7 +148,8 @@ impl JobWorker {
     {
         let rows = client
             .query(
-                "SELECT job_id::text, kind, view_set_name, begin_time, end_time, params, attempts
+                "SELECT job_id::text, kind, view_set_name, begin_time, end_time, params, attempts,
+                        lease_token::text
                    FROM micromegas.mm_claim_job($1, $2)",
                 &[&self.config.worker, &self.config.kinds],
             )
@@ -153,6 +166,8 @@ impl JobWorker {
             params: row.get(5),
             attempts: row.get(6),
         };
+        // Proves this claim to the heartbeat and the finish; never logged.
+        let lease_token: String = row.get(7);
         let job_id = job.job_id.clone();
         tracing::info!(job_id = %job_id, kind = %job.kind, view_set_name = %job.view_set_name,
                        attempts = job.attempts, worker = %self.config.worker, "micromegas_views: job claimed");
@@ -166,8 +181,8 @@ impl JobWorker {
                 outcome = &mut work => break outcome,
                 _ = ticker.tick() => {
                     let beat = client
-                        .query_one("SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2)",
-                                   &[&job_id, &self.config.worker])
+                        .query_one("SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid)",
+                                   &[&job_id, &lease_token])
                         .await;
                     match beat {
                         Ok(row) => {
@@ -177,7 +192,7 @@ impl JobWorker {
                                 let _ = cancel_tx.send(true);
                             }
                         }
-                        Err(e) if e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE) => {
+                        Err(e) if lease_lost(&e) => {
                             tracing::warn!(job_id = %job_id, error = %e, "micromegas_views: job lease lost; stopping");
                             return Ok(Some(Ran::LeaseLost { job_id }));
                         }
@@ -186,20 +201,28 @@ impl JobWorker {
                 }
             }
         };
-        let state: String = client
+        let finished = client
             .query_one(
-                "SELECT micromegas.mm_finish_job($1::text::uuid, $2, $3, $4, $5, $6)",
+                "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, $3, $4, $5, $6)",
                 &[
                     &job_id,
-                    &self.config.worker,
+                    &lease_token,
                     &outcome.ok,
                     &outcome.phase,
                     &outcome.message,
                     &outcome.retryable,
                 ],
             )
-            .await?
-            .get(0);
+            .await;
+        let state: String = match finished {
+            Ok(row) => row.get(0),
+            Err(e) if lease_lost(&e) => {
+                tracing::warn!(job_id = %job_id, error = %e,
+                               "micromegas_views: job lease lost before the result was reported");
+                return Ok(Some(Ran::LeaseLost { job_id }));
+            }
+            Err(e) => return Err(e),
+        };
         tracing::info!(job_id = %job_id, state = %state, "micromegas_views: job finished");
         Ok(Some(Ran::Finished { job_id, state }))
     }

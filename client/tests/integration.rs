@@ -423,17 +423,20 @@ async fn jobs_from_request_to_done() {
             let client = admin().await;
             let row = client
                 .query_one(
-                    "SELECT job_id::text, attempts FROM micromegas.mm_claim_job('w-takeover')",
+                    "SELECT job_id::text, attempts, lease_token::text FROM micromegas.mm_claim_job('w-slow')",
                     &[],
                 )
                 .await
                 .unwrap();
             assert_eq!(row.get::<_, String>(0), job_id);
             assert_eq!(row.get::<_, i32>(1), 2);
+            // The same worker name as the stale holder: only the token
+            // tells the two claims apart.
+            let token: String = row.get(2);
             client
                 .query_one(
-                    "SELECT micromegas.mm_finish_job($1::text::uuid, 'w-takeover', true)",
-                    &[&job_id],
+                    "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
+                    &[&job_id, &token],
                 )
                 .await
                 .unwrap();

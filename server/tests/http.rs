@@ -403,11 +403,11 @@ async fn every_route_over_http() {
     let failing = body["job_id"].as_str().unwrap().to_string();
     client
         .batch_execute(&format!(
-            "SELECT micromegas.mm_finish_job(job_id, 'w', false, 'extract', 'object store timed out', true)
+            "SELECT micromegas.mm_finish_job(job_id, lease_token, false, 'extract', 'object store timed out', true)
                FROM micromegas.mm_claim_job('w') WHERE job_id = '{failing}';
-             SELECT micromegas.mm_finish_job(job_id, 'w', false, 'extract', 'object store timed out', true)
+             SELECT micromegas.mm_finish_job(job_id, lease_token, false, 'extract', 'object store timed out', true)
                FROM micromegas.mm_claim_job('w') WHERE job_id = '{failing}';
-             SELECT micromegas.mm_finish_job(job_id, 'w', false, 'extract', 'object store timed out', true)
+             SELECT micromegas.mm_finish_job(job_id, lease_token, false, 'extract', 'object store timed out', true)
                FROM micromegas.mm_claim_job('w') WHERE job_id = '{failing}';"
         ))
         .await

@@ -7,3 +7,4 @@ mod errors;
 mod legacy;
 pub mod settings;
 mod thread;
+pub mod trust;

@@ -8,6 +8,7 @@
 //! | `micromegas_views.file_retention` | superusers only | 1h | 0 – 30d |
 //! | `micromegas_views.job_lease` | superusers only | 5min | 1s – 1d |
 //! | `micromegas_views.job_max_attempts` | superusers only | 3 | 1 – 100 |
+//! | `micromegas_views.adopt_existing_roles` | superusers only | off | on/off |
 //!
 //! The first two bound work; neither switches a check off. The file
 //! retention protects readers of a retired partition's file, so an ordinary
@@ -28,6 +29,7 @@ static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
 static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 static JOB_LEASE_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(3);
+static ADOPT_EXISTING_ROLES: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -87,6 +89,14 @@ pub fn register() {
         &JOB_MAX_ATTEMPTS,
         1,
         100,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
+        c"micromegas_views.adopt_existing_roles",
+        c"Whether CREATE EXTENSION may use micromegas_* roles that already exist with members, LOGIN, SUPERUSER, CREATEROLE or an ADMIN OPTION holder.",
+        c"Off: such a role is refused (SQLSTATE 42710), since its members would get the extension's privileges. Superuser only.",
+        &ADOPT_EXISTING_ROLES,
         GucContext::Suset,
         GucFlags::default(),
     );

@@ -61,14 +61,38 @@ DROP ROLE mmv_test_admin;
 DROP ROLE mmv_test_user;
 DROP ROLE mmv_test_reader;
 
--- A role of that name that already exists and can log in is reported.
+-- A micromegas_* role that already exists and could hand the extension's
+-- privileges to someone is refused (42710) until the superuser installing
+-- says otherwise: one that can log in, one with a member it did not make
+-- (a CREATEROLE user who pre-created micromegas_admin and joined it), one
+-- that has CREATEROLE. Nothing is created by a refused CREATE EXTENSION.
 \set regress_db :DBNAME
 CREATE DATABASE mmv_gate_roles;
 ALTER ROLE micromegas_reader LOGIN;
+CREATE ROLE mmv_gate_squatter;
+GRANT micromegas_admin TO mmv_gate_squatter;
+ALTER ROLE micromegas_service CREATEROLE;
 \c mmv_gate_roles
 CREATE SCHEMA btree_gist;
 CREATE EXTENSION btree_gist SCHEMA btree_gist;
+\set VERBOSITY default
 CREATE EXTENSION micromegas_views;
-\c :regress_db
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
 ALTER ROLE micromegas_reader NOLOGIN;
+CREATE EXTENSION micromegas_views;
+ALTER ROLE micromegas_service NOCREATEROLE;
+CREATE EXTENSION micromegas_views;
+-- A setting only a superuser may set adopts the roles as they are.
+CREATE ROLE mmv_gate_plain;
+SET ROLE mmv_gate_plain;
+SET micromegas_views.adopt_existing_roles = on;
+RESET ROLE;
+DROP ROLE mmv_gate_plain;
+SET micromegas_views.adopt_existing_roles = on;
+CREATE EXTENSION micromegas_views;
+RESET micromegas_views.adopt_existing_roles;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
+\c :regress_db
+REVOKE micromegas_admin FROM mmv_gate_squatter;
+DROP ROLE mmv_gate_squatter;
 DROP DATABASE mmv_gate_roles;

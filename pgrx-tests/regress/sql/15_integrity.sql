@@ -46,8 +46,13 @@ SELECT sqlstate, message FROM mmv_try($$INSERT INTO micromegas.lakehouse_view_se
 INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql, load_status, schema_ipc, reads)
 VALUES ('claimed_failed', pg_temp.view('claimed_failed', 'SELECT time, process_id FROM log_entries', 'SELECT time, process_id FROM {source}'),
         'failed', 'AAAA', '{forged}');
-INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql, load_status)
-VALUES ('still_failed', pg_temp.view('still_failed', 'SELECT time, process_id, nope FROM log_entries', 'SELECT time, process_id, nope FROM {source}'), 'failed');
+-- A caller's row that does not plan is refused, whatever load_status it claims;
+-- only a superuser loading a dumped row (it carries its created_at, as
+-- pg_restore's do) keeps one as failed, with the fresh reason.
+SELECT sqlstate, message FROM mmv_try($$INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql, load_status)
+VALUES ('still_failed', pg_temp.view('still_failed', 'SELECT time, process_id, nope FROM log_entries', 'SELECT time, process_id, nope FROM {source}'), 'failed')$$);
+INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, created_at, definition_sql, load_status)
+VALUES ('still_failed', now(), pg_temp.view('still_failed', 'SELECT time, process_id, nope FROM log_entries', 'SELECT time, process_id, nope FROM {source}'), 'failed');
 SELECT view_set_name, load_status, load_error, reads, schema_ipc <> 'AAAA' AS schema_derived
   FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name IN ('claimed_failed', 'still_failed') ORDER BY 1;
 -- Only the extension marks a definition failed: a direct UPDATE re-validates.

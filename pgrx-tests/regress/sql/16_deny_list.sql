@@ -78,8 +78,17 @@ SET ROLE mmv_deny_reader;
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = ''x''', 'reader')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.list_query_denials()$$);
 SELECT * FROM mmv_try($$DELETE FROM micromegas.query_deny_list$$);
+-- A plain reader (a dashboard) neither loads the rules nor records hits:
+-- that is the service's.
+SELECT * FROM mmv_try($$SELECT reason FROM micromegas.mm_match_query_denial(client => 'fourth')$$);
+SELECT * FROM mmv_try($$SELECT count(*) FROM micromegas.query_deny_list$$);
+SELECT * FROM mmv_try($$SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT gen_random_uuid()), now())$$);
+RESET ROLE;
+CREATE ROLE mmv_deny_service IN ROLE micromegas_service;
+SET ROLE mmv_deny_service;
 SELECT reason FROM micromegas.mm_match_query_denial(client => 'fourth');
-SELECT count(*) AS reader_loads FROM micromegas.query_deny_list;
+SELECT count(*) AS service_loads FROM micromegas.query_deny_list;
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = ''x''', 'service')$$);
 RESET ROLE;
 
 -- 7. mm_sql_hash: the issue's vectors, and what must not change the hash.
@@ -102,4 +111,4 @@ SELECT micromegas.mm_sql_hash('SELECT $$a$$') <> micromegas.mm_sql_hash('SELECT 
        micromegas.mm_sql_hash('SELECT "A"') <> micromegas.mm_sql_hash('SELECT "a"') AS quoted_case_counts;
 
 DELETE FROM micromegas.query_deny_list;
-DROP ROLE mmv_deny_admin, mmv_deny_reader;
+DROP ROLE mmv_deny_admin, mmv_deny_reader, mmv_deny_service;

@@ -26,14 +26,37 @@ SELECT micromegas.mm_revoke_audience('team_beta', 'read', 'group:data');
 SELECT micromegas.mm_revoke_audience('team_beta', 'read', 'group:data');
 SELECT audience, axis, selector FROM micromegas.audience_grants ORDER BY 1, 2, 3;
 
--- 3. Visibility. An admin (by its login role) sees every row.
+-- 3. Visibility. Who may read grants is decided by privileges: services and
+-- admins read the table and the snapshot, a plain reader neither.
 CREATE ROLE mmv_grants_reader IN ROLE micromegas_reader;
 CREATE ROLE mmv_grants_admin IN ROLE micromegas_admin;
-SET SESSION AUTHORIZATION mmv_grants_admin;
+CREATE ROLE mmv_grants_service IN ROLE micromegas_service;
+SET ROLE mmv_grants_reader;
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.audience_grants$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_audience_grants_snapshot()$$);
+-- A reader's claims are ignored: the listing is empty, whatever it claims.
+SELECT count(*) AS reader_sees FROM micromegas.list_audience_grants();
+SET micromegas_views.caller_is_admin = 'on';
+SELECT count(*) AS reader_claiming_admin_sees FROM micromegas.list_audience_grants();
+RESET micromegas_views.caller_is_admin;
+SET micromegas_views.caller_email = 'ann@example.com';
+SELECT count(*) AS reader_claiming_ann_sees FROM micromegas.list_audience_grants();
+RESET micromegas_views.caller_email;
+SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:me')$$);
+RESET ROLE;
+-- An admin in psql (no claims) sees every row, decided by the role running
+-- the statement (SET ROLE counts; the login role does not).
+SET ROLE mmv_grants_admin;
 SELECT count(*) AS admin_sees FROM micromegas.list_audience_grants();
--- A reader with no caller identity sees nothing.
-SET SESSION AUTHORIZATION mmv_grants_reader;
-SELECT count(*) AS anonymous_sees FROM micromegas.list_audience_grants();
+SELECT count(*) AS admin_snapshot_rows FROM micromegas.mm_audience_grants_snapshot();
+RESET ROLE;
+-- The service that enforces reads sees every grant in the table and the
+-- snapshot; its listing shows what the end user it claims may see.
+SET ROLE mmv_grants_service;
+SELECT count(*) AS service_table_rows FROM micromegas.audience_grants;
+SELECT count(*) AS service_snapshot_rows FROM micromegas.mm_audience_grants_snapshot();
+-- No end user claimed: nothing.
+SELECT count(*) AS service_unclaimed_sees FROM micromegas.list_audience_grants();
 -- ann holds (team-alpha, read) through her user selector: she sees every
 -- row of that pair, not the mint pair, and not the seeded public rows.
 SET micromegas_views.caller_email = 'ann@example.com';
@@ -48,13 +71,23 @@ SELECT audience, axis, selector FROM micromegas.list_audience_grants();
 -- A claimed '*' selector or group '*' never makes the seeded rows a held pair.
 SET micromegas_views.caller_groups = '*';
 SELECT count(*) AS star_group_sees FROM micromegas.list_audience_grants();
--- No setting makes a reader an admin, and readers cannot touch the table.
-SELECT * FROM mmv_try($$SELECT * FROM micromegas.audience_grants$$);
-SELECT * FROM mmv_try($$SELECT micromegas.mm_grant_audience('team-alpha', 'read', 'user:me')$$);
+-- An end user the service says is an admin sees every row.
+SET micromegas_views.caller_is_admin = 'true';
+SELECT count(*) AS claimed_admin_sees FROM micromegas.list_audience_grants();
+RESET micromegas_views.caller_is_admin;
+RESET ROLE;
+-- A service whose role is also an admin member shows an end user only what
+-- that end user holds (0.1.4 showed every grant to every end user).
+GRANT micromegas_admin TO mmv_grants_service;
+SET ROLE mmv_grants_service;
+SET micromegas_views.caller_email = 'ann@example.com';
+SET micromegas_views.caller_groups = '';
+SELECT count(*) AS admin_service_for_ann_sees FROM micromegas.list_audience_grants();
 RESET micromegas_views.caller_email;
 RESET micromegas_views.caller_groups;
-RESET SESSION AUTHORIZATION;
+RESET ROLE;
+REVOKE micromegas_admin FROM mmv_grants_service;
 
 SELECT micromegas.mm_revoke_audience(audience, axis, selector) FROM micromegas.audience_grants
  WHERE created_by <> 'micromegas_views' ORDER BY 1;
-DROP ROLE mmv_grants_reader, mmv_grants_admin;
+DROP ROLE mmv_grants_reader, mmv_grants_admin, mmv_grants_service;

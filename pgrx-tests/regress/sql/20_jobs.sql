@@ -31,8 +31,9 @@ SELECT * FROM mmv_try($$SELECT micromegas.mm_refresh_view('nope')$$);
 SELECT * FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v', '2024-01-02', '2024-01-01')$$);
 SELECT sqlstate, message FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v', params => '[1]')$$);
 -- A definition kept as failed to load (as a restore keeps one) is refused.
-INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql, load_status)
-VALUES ('j_failed', format($$CREATE MATERIALIZED VIEW j_failed WITH (
+-- (a superuser loading a dumped row: it carries its creation time)
+INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, created_at, definition_sql, load_status)
+VALUES ('j_failed', now(), format($$CREATE MATERIALIZED VIEW j_failed WITH (
   extract_query = 'SELECT time, process_id, nope FROM log_entries',
   count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, nope FROM {source}',
   update_group = 4000, time_column = 'time')$$, :'blocks_count'), 'failed');
@@ -54,27 +55,36 @@ SELECT count(*) AS regenerate_jobs FROM micromegas.list_jobs('queued', 'j_v') WH
 DELETE FROM micromegas.jobs WHERE kind = 'regenerate' OR view_set_name = 'log_entries';
 
 -- 3. A worker's life: claim (oldest first, by kind), heartbeat, finish.
-SELECT kind, begin_time, state, worker, attempts FROM micromegas.mm_claim_job('w1', ARRAY['materialize']);
-SELECT job_id AS j1 FROM micromegas.mm_claim_job('w1', ARRAY['refresh']) \gset
+SELECT kind, begin_time, worker, attempts FROM micromegas.mm_claim_job('w1', ARRAY['materialize']);
+SELECT job_id AS j1, lease_token AS t1 FROM micromegas.mm_claim_job('w1', ARRAY['refresh']) \gset
 SELECT job_id = :'j1' AS oldest_first, begin_time, end_time, state, worker, attempts
   FROM micromegas.mm_job(:'j1');
-SELECT micromegas.mm_heartbeat_job(:'j1', 'w1');
-SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, 'w2')$$, :'j1'));
-SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, 'w2', true)$$, :'j1'));
-SELECT micromegas.mm_finish_job(:'j1', 'w1', true);
+-- The claim is proved by its lease token (only its hash is stored, so no
+-- reader of the table can use it); the worker's name proves nothing.
+SELECT lease_token_hash = micromegas._mm_lease_hash(:'t1') AS only_the_hash_is_stored
+  FROM micromegas.jobs WHERE job_id = :'j1';
+SELECT micromegas.mm_heartbeat_job(:'j1', :'t1');
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, gen_random_uuid())$$, :'j1'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, gen_random_uuid(), true)$$, :'j1'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, NULL, true)$$, :'j1'));
+SELECT micromegas.mm_finish_job(:'j1', :'t1', true);
 SELECT state, worker, leased, failure_phase FROM mmv_jobs WHERE state = 'done';
-SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, 'w1', true)$$, :'j1'));
+SELECT lease_token_hash IS NULL AS token_forgotten FROM micromegas.jobs WHERE job_id = :'j1';
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, %L, true)$$, :'j1', :'t1'));
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_claim_job('  ')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_claim_jobs('w1', 0)$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_job('00000000-0000-0000-0000-000000000000')$$);
 
 -- 4. Failures: a retryable one goes back to the queue until the last
 -- attempt (micromegas_views.job_max_attempts); a final one stays failed.
 SET micromegas_views.job_max_attempts = 2;
-SELECT job_id AS j2 FROM micromegas.mm_claim_job('w1') \gset
-SELECT micromegas.mm_finish_job(:'j2', 'w1', false, 'extract', 'object store timed out', true);
+SELECT job_id AS j2, lease_token AS t2 FROM micromegas.mm_claim_job('w1') \gset
+SELECT micromegas.mm_finish_job(:'j2', :'t2', false, 'extract', 'object store timed out', true);
 SELECT state, attempts, failure_phase, failure_message, failure_retryable FROM micromegas.mm_job(:'j2');
-SELECT job_id = :'j2' AS same_job, attempts FROM micromegas.mm_claim_job('w2');
-SELECT micromegas.mm_finish_job(:'j2', 'w2', false, 'extract', 'object store timed out', true);
+SELECT job_id = :'j2' AS same_job, attempts, lease_token <> :'t2' AS new_token, lease_token AS t2b
+  FROM micromegas.mm_claim_job('w2') \gset
+SELECT :'same_job' AS same_job, :'attempts' AS attempts, :'new_token' AS new_token;
+SELECT micromegas.mm_finish_job(:'j2', :'t2b', false, 'extract', 'object store timed out', true);
 SELECT state, attempts, failure_retryable FROM micromegas.mm_job(:'j2');
 RESET micromegas_views.job_max_attempts;
 
@@ -82,12 +92,17 @@ RESET micromegas_views.job_max_attempts;
 -- claim takes it; the first worker's heartbeat is refused.
 SELECT micromegas.mm_refresh_view('j_v', '2024-02-01', '2024-02-02') AS j3 \gset
 SET micromegas_views.job_lease = '1s';
-SELECT job_id = :'j3' AS claimed FROM micromegas.mm_claim_job('w1');
+SELECT job_id = :'j3' AS claimed, lease_token AS t3 FROM micromegas.mm_claim_job('w1') \gset
 SELECT pg_sleep(1.2);
-SELECT job_id = :'j3' AS reclaimed, worker, attempts FROM micromegas.mm_claim_job('w2');
-SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, 'w1')$$, :'j3'));
+-- The same worker name claims it again (two processes named alike): only
+-- the new token holds it; the stale holder can neither extend nor finish it.
+SELECT job_id = :'j3' AS reclaimed, worker, attempts, lease_token AS t3b FROM micromegas.mm_claim_job('w1') \gset
+SELECT :'reclaimed' AS reclaimed, :'worker' AS worker, :'attempts' AS attempts;
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, %L)$$, :'j3', :'t3'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, %L, true)$$, :'j3', :'t3'));
+SELECT state, worker FROM micromegas.mm_job(:'j3');
 RESET micromegas_views.job_lease;
-SELECT micromegas.mm_finish_job(:'j3', 'w2', true);
+SELECT micromegas.mm_finish_job(:'j3', :'t3b', true);
 -- Only a superuser may change the lease and the attempts.
 CREATE ROLE mmv_jobs_nobody;
 SET ROLE mmv_jobs_nobody;
@@ -102,21 +117,21 @@ SELECT micromegas.mm_refresh_view('j_v', '2024-03-01', '2024-03-02') AS j4 \gset
 SELECT micromegas.mm_cancel_job(:'j4');
 SELECT state, cancel_requested FROM micromegas.mm_job(:'j4');
 SELECT micromegas.mm_refresh_view('j_v', '2024-03-01', '2024-03-02') <> :'j4' AS new_after_cancel;
-SELECT job_id AS j5 FROM micromegas.mm_claim_job('w1') \gset
+SELECT job_id AS j5, lease_token AS t5 FROM micromegas.mm_claim_job('w1') \gset
 SELECT micromegas.mm_cancel_job(:'j5');
-SELECT micromegas.mm_heartbeat_job(:'j5', 'w1');
-SELECT micromegas.mm_finish_job(:'j5', 'w1', true);
+SELECT micromegas.mm_heartbeat_job(:'j5', :'t5');
+SELECT micromegas.mm_finish_job(:'j5', :'t5', true);
 SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_cancel_job(%L)$$, :'j5'));
 
 -- 7. DROP cancels the view's queued jobs and asks running ones to stop.
 SELECT micromegas.mm_refresh_view('j_v', '2024-04-01', '2024-04-02') IS NOT NULL AS queued;
 SELECT micromegas.mm_refresh_view('j_v', '2024-05-01', '2024-05-02') IS NOT NULL AS queued;
-SELECT job_id AS j6 FROM micromegas.mm_claim_job('w1') \gset
+SELECT job_id AS j6, lease_token AS t6 FROM micromegas.mm_claim_job('w1') \gset
 SELECT count(*) FROM micromegas.mm_drop_view('j_v');
 SELECT state, cancel_requested, failure_phase, failure_message FROM micromegas.list_jobs(view_set_name => 'j_v')
  WHERE state IN ('queued', 'running', 'cancelled') AND begin_time >= '2024-04-01' ORDER BY begin_time;
-SELECT micromegas.mm_heartbeat_job(:'j6', 'w1');
-SELECT micromegas.mm_finish_job(:'j6', 'w1', false, 'write', 'view dropped');
+SELECT micromegas.mm_heartbeat_job(:'j6', :'t6');
+SELECT micromegas.mm_finish_job(:'j6', :'t6', false, 'write', 'view dropped');
 SELECT state, count(*) FROM micromegas.list_jobs() GROUP BY 1 ORDER BY 1;
 
 -- 8. with_no_data = false: the CREATE also queues a refresh of everything
@@ -170,8 +185,16 @@ SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v')$$);
 SELECT sqlstate FROM mmv_try($$SELECT * FROM micromegas.mm_claim_job('r')$$);
 RESET ROLE;
 SET ROLE mmv_jobs_service;
-SELECT job_id = :'j7' AS service_claims FROM micromegas.mm_claim_job('svc');
-SELECT micromegas.mm_finish_job(:'j7', 'svc', true);
+SELECT job_id = :'j7' AS service_claims, lease_token AS t7 FROM micromegas.mm_claim_job('svc') \gset
+SELECT :'service_claims' AS service_claims;
+RESET ROLE;
+-- An admin cannot finish (or claim) a job: that is the service's.
+SET ROLE mmv_jobs_admin;
+SELECT sqlstate FROM mmv_try(format($$SELECT micromegas.mm_finish_job(%L, %L, true)$$, :'j7', :'t7'));
+SELECT sqlstate FROM mmv_try($$SELECT * FROM micromegas.mm_claim_job('made-up')$$);
+RESET ROLE;
+SET ROLE mmv_jobs_service;
+SELECT micromegas.mm_finish_job(:'j7', :'t7', true);
 SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_refresh_view('j_v')$$);
 SELECT sqlstate FROM mmv_try(format($$SELECT micromegas.mm_cancel_job(%L)$$, :'j7'));
 RESET ROLE;

@@ -1,0 +1,145 @@
+//! What makes a write "the extension's own", and who is calling.
+//!
+//! The triggers on the definitions and built-in tables must tell the
+//! extension's own writes (a re-check of a dependent, a restore, the UPDATE a
+//! CREATE OR REPLACE turns into, a superuser's pg_restore loading over a
+//! shipped row) from a caller's. Nothing a caller controls may decide that:
+//! not a setting (`set_config` is open to every role), not
+//! `pg_trigger_depth()` (an admin's own trigger on a temp table raises it),
+//! not a column value. So the mark is backend memory that only this
+//! library writes: an *intent* stack. The extension's SECURITY DEFINER SQL
+//! pushes an intent around its own statement (`_mm_intent_begin`, callable
+//! by no role of the extension: see the privilege matrix) and pops it after;
+//! the triggers ask `_mm_intent(name)`. Every intent pushed inside a
+//! subtransaction that aborts is dropped with it, and the stack is emptied at
+//! the end of every transaction, so an error between push and pop leaves
+//! nothing behind.
+//!
+//! The caller is the role that runs the statement *outside* any SECURITY
+//! DEFINER function (`GetOuterUserId`: the login role, or what SET ROLE
+//! chose), which the extension's own functions cannot change.
+
+use pgrx::pg_sys;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+/// The kinds of the extension's own writes.
+const KINDS: [&str; 4] = ["replace", "recheck", "restore", "load"];
+
+struct Intent {
+    kind: &'static str,
+    /// The view set it applies to; `None`: every row (a re-check rewrites
+    /// several rows in one statement).
+    name: Option<String>,
+    /// The subtransaction that pushed it: gone when that one aborts.
+    subxact: pg_sys::SubTransactionId,
+}
+
+thread_local! {
+    static INTENTS: RefCell<Vec<Intent>> = const { RefCell::new(Vec::new()) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_xact_end(
+    _event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    // Commit, abort, prepare, parallel variants: a transaction's intents never
+    // outlive it (a correct path has popped them all before).
+    INTENTS.with_borrow_mut(|stack| stack.clear());
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn on_subxact_event(
+    event: pg_sys::SubXactEvent::Type,
+    my_subid: pg_sys::SubTransactionId,
+    _parent: pg_sys::SubTransactionId,
+    _arg: *mut std::ffi::c_void,
+) {
+    if event == pg_sys::SubXactEvent::SUBXACT_EVENT_ABORT_SUB {
+        // Subtransaction ids grow within a transaction: whatever was pushed
+        // at or above the aborted one was pushed inside it.
+        INTENTS.with_borrow_mut(|stack| stack.retain(|i| i.subxact < my_subid));
+    }
+}
+
+/// Called once from `_PG_init`.
+pub fn register() {
+    // SAFETY: registering two callbacks with the backend, on its own thread,
+    // while the library loads; they only touch this module's thread-local.
+    unsafe {
+        pg_sys::RegisterXactCallback(Some(on_xact_end), std::ptr::null_mut());
+        pg_sys::RegisterSubXactCallback(Some(on_subxact_event), std::ptr::null_mut());
+    }
+}
+
+mod micromegas {
+    use super::*;
+
+    /// Marks the statements that follow, until `_mm_intent_end`, as the
+    /// extension's own write of `kind` on view set `name` (NULL: any).
+    #[pg_extern(volatile, name = "_mm_intent_begin")]
+    fn intent_begin(kind: &str, name: Option<&str>) {
+        let Some(kind) = KINDS.iter().find(|k| **k == kind) else {
+            pgrx::error!("_mm_intent_begin: unknown intent {kind:?}");
+        };
+        // SAFETY: a backend global read on the backend's thread.
+        let subxact = unsafe { pg_sys::GetCurrentSubTransactionId() };
+        INTENTS.with_borrow_mut(|stack| {
+            stack.push(Intent {
+                kind,
+                name: name.map(str::to_owned),
+                subxact,
+            })
+        });
+    }
+
+    /// Ends the innermost intent, which must be of `kind`.
+    #[pg_extern(volatile, name = "_mm_intent_end")]
+    fn intent_end(kind: &str) {
+        let popped = INTENTS.with_borrow_mut(|stack| stack.pop());
+        match popped {
+            Some(i) if i.kind == kind => {}
+            Some(i) => pgrx::error!(
+                "_mm_intent_end: innermost intent is {:?}, not {kind:?}",
+                i.kind
+            ),
+            None => pgrx::error!("_mm_intent_end: no intent in progress"),
+        }
+    }
+
+    /// The innermost intent that applies to view set `name`, or NULL: a
+    /// write made by a caller.
+    #[pg_extern(volatile, name = "_mm_intent")]
+    fn intent(name: Option<&str>) -> Option<&'static str> {
+        INTENTS.with_borrow(|stack| {
+            stack
+                .iter()
+                .rev()
+                .find(|i| i.name.is_none() || i.name.as_deref() == name)
+                .map(|i| i.kind)
+        })
+    }
+
+    /// The role running the statement outside every SECURITY DEFINER
+    /// function: the login role, or the one SET ROLE chose.
+    #[pg_extern(stable, name = "_mm_caller")]
+    fn caller() -> String {
+        // SAFETY: backend globals and a syscache lookup on the backend's thread.
+        unsafe {
+            let oid = pg_sys::GetOuterUserId();
+            let name = pg_sys::GetUserNameFromId(oid, false);
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+
+    /// Whether that role is a superuser (who alone may load dumped rows with
+    /// their audit columns, as pg_restore does).
+    #[pg_extern(stable, name = "_mm_caller_is_superuser")]
+    fn caller_is_superuser() -> bool {
+        // SAFETY: as above.
+        unsafe { pg_sys::superuser_arg(pg_sys::GetOuterUserId()) }
+    }
+}
