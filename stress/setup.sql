@@ -2,6 +2,9 @@
 -- small name space (s_1 … s_6) reading log_entries or a lower-numbered view,
 -- with a random group and column set, so that many steps are refused. Refusals
 -- are expected and counted; anything else aborts the run.
+-- The cluster's roles were made by the first install and have members by
+-- now: adopted (README, Operations).
+SET micromegas_views.adopt_existing_roles = on;
 CREATE SCHEMA IF NOT EXISTS btree_gist;
 CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;
 CREATE EXTENSION IF NOT EXISTS micromegas_views;
