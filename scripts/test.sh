@@ -58,6 +58,8 @@ suites() {
   MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
     cargo test -p micromegas_views_client -p micromegas_views_cli -p micromegas_views_server \
       --features micromegas_views_client/integration,micromegas_views_cli/integration,micromegas_views_server/integration || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] the README's privilege table is the matrix (scripts/privileges_doc.sh)"
+  "$here/privileges_doc.sh" mmv_client --check "$root/README.md" || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] the example job worker (scripts/job_worker_test.sh)"
   "$here/job_worker_test.sh" mmv_client || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] randomized DDL stress (scripts/stress.sh 4 50)"
@@ -93,11 +95,11 @@ for v in $versions; do
   fi
 done
 
-# Twelve suites per version: the unit tests, then the eleven above.
+# Thirteen suites per version: the unit tests, then the twelve above.
 status=0
 for v in $versions; do
   failed=$(( $(cat "$MMV_STATE/failed-pg$v") + unit ))
-  echo "PostgreSQL $v: suites: $((12 - failed)) passed, $failed failed"
+  echo "PostgreSQL $v: suites: $((13 - failed)) passed, $failed failed"
   [ $failed -eq 0 ] || status=1
 done
 exit $status

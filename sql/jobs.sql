@@ -80,6 +80,10 @@ BEGIN
     RAISE EXCEPTION 'the range of a % job on "%" begins after it ends', kind, name
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  IF params IS NOT NULL AND jsonb_typeof(params) <> 'object' THEN
+    RAISE EXCEPTION 'the parameters of a % job on "%" must be a JSON object, not %', kind, name, jsonb_typeof(params)
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
   IF NOT EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
     SELECT coalesce(d.load_error, '') INTO problem FROM micromegas.lakehouse_view_set_definitions d
      WHERE d.view_set_name = name AND d.load_status <> 'ok';

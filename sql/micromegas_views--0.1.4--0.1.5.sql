@@ -356,6 +356,12 @@ $$;
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
 DROP FUNCTION micromegas._mm_partitions_after_delete();
 CREATE INDEX temporary_files_file_path ON micromegas.temporary_files (file_path);
+-- Transaction-scoped locks on file paths, taken in path order.
+CREATE FUNCTION micromegas._mm_lock_files(paths text[]) RETURNS void
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+  SELECT count(pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('micromegas_views.file:' || p, 0)))
+    FROM (SELECT DISTINCT p FROM unnest($1) AS u(p) WHERE p IS NOT NULL ORDER BY p) x
+$$;
 -- The file queue follows what the partitions reference, whatever wrote
 -- them: a file a statement took out of use (the file of a deleted
 -- partition, the old file of one whose file_path an UPDATE changed) goes to
@@ -366,6 +372,15 @@ CREATE INDEX temporary_files_file_path ON micromegas.temporary_files (file_path)
 CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+  -- One transaction at a time per file path (in path order: no deadlock),
+  -- so two writers of partitions sharing a file, or a writer and a
+  -- retirement, each see the other's committed rows in the checks below.
+  IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    PERFORM micromegas._mm_lock_files(ARRAY(SELECT b.file_path::text FROM born b));
+  END IF;
+  IF TG_OP IN ('DELETE', 'UPDATE') THEN
+    PERFORM micromegas._mm_lock_files(ARRAY(SELECT g.file_path::text FROM gone g));
+  END IF;
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
     DELETE FROM micromegas.temporary_files t
      WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);
@@ -397,20 +412,28 @@ CREATE TRIGGER partitions_unqueue_files
 CREATE OR REPLACE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
 RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  rows tid[];
+  paths text[];
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
+  SELECT array_agg(x.ctid), array_agg(x.file_path::text) INTO rows, paths
+    FROM (SELECT y.ctid, y.file_path FROM micromegas.temporary_files y
+           WHERE y.expiration <= now()
+           ORDER BY y.expiration
+           LIMIT max_files
+             FOR UPDATE SKIP LOCKED) x;
+  -- The writers' lock on each path: a partition written with one of these
+  -- files meanwhile is committed before the check below, or waits for this
+  -- transaction (and then finds its file was handed out: see the README).
+  PERFORM micromegas._mm_lock_files(paths);
   RETURN QUERY
     WITH claimed AS (
       DELETE FROM micromegas.temporary_files t
-       WHERE t.ctid = ANY (ARRAY(
-               SELECT x.ctid FROM micromegas.temporary_files x
-                WHERE x.expiration <= now()
-                ORDER BY x.expiration
-                LIMIT max_files
-                  FOR UPDATE SKIP LOCKED))
+       WHERE t.ctid = ANY (rows)
       RETURNING t.file_path, t.file_size, t.expiration)
     SELECT DISTINCT ON (c.file_path) c.file_path::text, c.file_size, c.expiration
       FROM claimed c
@@ -422,7 +445,7 @@ $$;
 CREATE OR REPLACE FUNCTION micromegas.mm_plan_regeneration(
   view_set_name text, begin_time timestamptz, end_time timestamptz, delta interval)
 RETURNS TABLE (bucket_begin timestamptz, bucket_end timestamptz)
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   span numeric;
   step numeric;
@@ -631,6 +654,10 @@ BEGIN
   PERFORM micromegas._mm_lock_catalog();
   IF begin_time > end_time THEN
     RAISE EXCEPTION 'the range of a % job on "%" begins after it ends', kind, name
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF params IS NOT NULL AND jsonb_typeof(params) <> 'object' THEN
+    RAISE EXCEPTION 'the parameters of a % job on "%" must be a JSON object, not %', kind, name, jsonb_typeof(params)
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF NOT EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
@@ -1003,6 +1030,9 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('function', 'remove_query_denial',           '', '', '', 'EXECUTE'),
     ('function', 'mm_grant_audience',             '', '', '', 'EXECUTE'),
     ('function', 'mm_revoke_audience',            '', '', '', 'EXECUTE'),
+    -- internal, but the audience_grants CHECK runs it as the writer (a pure
+    -- rule check): the admin, who may write the table directly
+    ('function', '_mm_audience_problem',          '', '', '', 'EXECUTE'),
     -- tables and views
     ('table', 'catalog_state',                          '', 'SELECT', '', ''),
     ('table', 'builtin_view_sets',                      '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),

@@ -76,6 +76,9 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('function', 'remove_query_denial',           '', '', '', 'EXECUTE'),
     ('function', 'mm_grant_audience',             '', '', '', 'EXECUTE'),
     ('function', 'mm_revoke_audience',            '', '', '', 'EXECUTE'),
+    -- internal, but the audience_grants CHECK runs it as the writer (a pure
+    -- rule check): the admin, who may write the table directly
+    ('function', '_mm_audience_problem',          '', '', '', 'EXECUTE'),
     -- tables and views
     ('table', 'catalog_state',                          '', 'SELECT', '', ''),
     ('table', 'builtin_view_sets',                      '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),

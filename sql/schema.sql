@@ -52,7 +52,17 @@ BEGIN
                    AND NOT x.admin_option)),
       (SELECT 'ADMIN OPTION on it is held by ' || string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname)
          FROM pg_catalog.pg_auth_members x JOIN pg_catalog.pg_roles m ON m.oid = x.member
-        WHERE x.roleid = r.oid AND x.admin_option));
+        WHERE x.roleid = r.oid AND x.admin_option),
+      -- objects of this database it owns or holds privileges on (a SECURITY
+      -- DEFINER function it owns would run with the privileges granted to
+      -- it), default privileges
+      (SELECT 'it owns or has privileges on ' || count(*) || ' object(s)'
+         FROM pg_catalog.pg_shdepend d
+        WHERE d.refclassid = 'pg_catalog.pg_authid'::regclass AND d.refobjid = r.oid AND d.deptype IN ('o', 'a')
+          AND d.dbid = (SELECT db.oid FROM pg_catalog.pg_database db WHERE db.datname = pg_catalog.current_database())
+       HAVING count(*) > 0),
+      (SELECT 'it has default privileges set' FROM pg_catalog.pg_default_acl a
+        WHERE a.defaclrole = r.oid LIMIT 1));
     CONTINUE WHEN problems = '';
     found := found || pg_catalog.format('role "%s" already exists: %s', r.rolname, problems);
   END LOOP;

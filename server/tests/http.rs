@@ -381,7 +381,9 @@ async fn every_route_over_http() {
         )
         .await;
     assert_eq!(status, 202, "{body}");
-    assert_eq!(body["job_id"], json!(job_id));
+    // Other parameters than the queued refresh's: a job of its own (0.1.5
+    // folds only requests with equal parameters).
+    assert_ne!(body["job_id"], json!(job_id));
     let got = api
         .post(reader, "/v1/materialized_view/http_a/refresh", json!({}))
         .await;

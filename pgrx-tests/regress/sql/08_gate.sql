@@ -76,6 +76,7 @@ ALTER ROLE micromegas_service CREATEROLE;
 CREATE SCHEMA btree_gist;
 CREATE EXTENSION btree_gist SCHEMA btree_gist;
 \set VERBOSITY default
+\set SHOW_CONTEXT never
 CREATE EXTENSION micromegas_views;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
 ALTER ROLE micromegas_reader NOLOGIN;

@@ -16,7 +16,9 @@ SELECT 'not in the matrix' AS problem, o.kind, o.name FROM objects o
  WHERE NOT EXISTS (SELECT 1 FROM micromegas.mm_privilege_matrix() m WHERE m.object_kind = o.kind AND m.object_name = o.name)
 UNION ALL
 SELECT 'no such object', m.object_kind, m.object_name FROM micromegas.mm_privilege_matrix() m
- WHERE NOT EXISTS (SELECT 1 FROM objects o WHERE m.object_kind = o.kind AND m.object_name = o.name);
+ WHERE NOT EXISTS (SELECT 1 FROM objects o WHERE m.object_kind = o.kind AND m.object_name = o.name)
+   AND NOT EXISTS (SELECT 1 FROM pg_proc p WHERE p.pronamespace = 'micromegas'::regnamespace
+                    AND m.object_kind = 'function' AND p.proname = m.object_name);
 
 -- Effective privileges against the matrix, for a role with no membership
 -- (PUBLIC), the reader, the service and the admin; internal functions:

@@ -132,6 +132,20 @@ RESET micromegas_views.restoring;
 RESET micromegas_views.replacing;
 RESET ROLE;
 
+-- Found in review: every role the matrix lets call a function can run it
+-- (a SECURITY INVOKER function calling an internal one failed with 42501),
+-- and the admin may write audience grants directly (their CHECK calls the
+-- rule function as the writer).
+SET ROLE mmv_trust_reader;
+SELECT count(*) AS reader_plans FROM micromegas.mm_plan_regeneration('t_v', '2024-01-01', '2024-01-02', '1 hour');
+RESET ROLE;
+SET ROLE mmv_trust_admin;
+INSERT INTO micromegas.audience_grants (audience, axis, selector) VALUES ('t-team', 'read', 'user:a@example.com');
+UPDATE micromegas.audience_grants SET selector = 'user:b@example.com' WHERE audience = 't-team';
+SELECT sqlstate, message FROM mmv_try($$INSERT INTO micromegas.audience_grants (audience, axis, selector) VALUES ('t team', 'read', '*')$$);
+DELETE FROM micromegas.audience_grants WHERE audience = 't-team';
+RESET ROLE;
+
 -- 6. The smaller ones.
 -- A refresh with other parameters is its own job; equal ones fold.
 SELECT micromegas.mm_refresh_view('t_v', '2024-01-01', '2024-01-02', '{"a": 1}') AS ja \gset
