@@ -32,6 +32,8 @@
 
 --@new CREATE FUNCTION micromegas._mm_loading(
 
+--@new CREATE FUNCTION micromegas._mm_keeps_creation(
+
 --@replace CREATE FUNCTION micromegas._mm_recheck_dependents(
 
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write()

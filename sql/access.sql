@@ -102,7 +102,7 @@ BEGIN
     PERFORM micromegas._mm_check_deny_rule(NEW.match_expr);
   END IF;
   IF TG_OP = 'INSERT' THEN
-    IF NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL THEN
+    IF NOT micromegas._mm_keeps_creation(NEW.created_at, NEW.created_by) THEN
       NEW.created_at := clock_timestamp();
       NEW.created_by := micromegas._mm_actor();
     END IF;
@@ -277,8 +277,7 @@ BEGIN
   IF problem IS NOT NULL THEN
     RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF TG_OP = 'INSERT' AND NOT micromegas._mm_installing()
-     AND (NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL) THEN
+  IF TG_OP = 'INSERT' AND NOT micromegas._mm_keeps_creation(NEW.created_at, NEW.created_by) THEN
     NEW.created_at := clock_timestamp();
     NEW.created_by := micromegas._mm_actor();
   ELSIF TG_OP = 'UPDATE' THEN

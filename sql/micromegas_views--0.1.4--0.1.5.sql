@@ -59,6 +59,14 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION micromegas._mm_keeps_creation(given_created_at timestamptz, given_created_by text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN micromegas._mm_installing()
+      OR (nullif(btrim(given_created_by), '') IS NOT NULL AND micromegas._mm_loading(given_created_at));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -118,7 +126,7 @@ BEGIN
   IF TG_OP = 'INSERT' THEN
     PERFORM micromegas._mm_lock_catalog();
     NEW.shipped := micromegas._mm_installing();
-    keep_given := micromegas._mm_loading(NEW.created_at) OR intent IS NOT DISTINCT FROM 'load';
+    keep_given := micromegas._mm_loading(NEW.created_at);
     IF NOT NEW.shipped AND keep_given AND EXISTS (
          SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
           WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
@@ -148,15 +156,8 @@ BEGIN
            IS NOT DISTINCT FROM
            (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
             OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-      -- A re-check marks a definition whose source changed as failed to load.
-      NEW.reads := OLD.reads;
-      NEW.schema_ipc := OLD.schema_ipc;
-      NEW.schema_json := OLD.schema_json;
-      NEW.schema_hash := OLD.schema_hash;
-      NEW.updated_at := OLD.updated_at;
-      NEW.updated_by := OLD.updated_by;
-      NEW.updated_by_role := OLD.updated_by_role;
-      NEW.created_at := OLD.created_at;
+      -- A re-check marks a definition whose source changed as failed to load
+      -- (its UPDATE sets only load_status and load_error).
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -371,16 +372,22 @@ $$;
 -- leaves the queue. Empty partitions have no file.
 CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  paths text[];
 BEGIN
-  -- One transaction at a time per file path (in path order: no deadlock),
-  -- so two writers of partitions sharing a file, or a writer and a
-  -- retirement, each see the other's committed rows in the checks below.
-  IF TG_OP IN ('INSERT', 'UPDATE') THEN
-    PERFORM micromegas._mm_lock_files(ARRAY(SELECT b.file_path::text FROM born b));
+  -- One transaction at a time per file path, every path of the statement
+  -- locked in one call (in path order: no deadlock), so two writers of
+  -- partitions sharing a file, or a writer and a retirement, each see the
+  -- other's committed rows in the checks below. (A transition table exists
+  -- only for its own event: each is read only there.)
+  IF TG_OP = 'INSERT' THEN
+    paths := ARRAY(SELECT b.file_path::text FROM born b);
+  ELSIF TG_OP = 'DELETE' THEN
+    paths := ARRAY(SELECT g.file_path::text FROM gone g);
+  ELSE
+    paths := ARRAY(SELECT b.file_path::text FROM born b UNION ALL SELECT g.file_path::text FROM gone g);
   END IF;
-  IF TG_OP IN ('DELETE', 'UPDATE') THEN
-    PERFORM micromegas._mm_lock_files(ARRAY(SELECT g.file_path::text FROM gone g));
-  END IF;
+  PERFORM micromegas._mm_lock_files(paths);
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
     DELETE FROM micromegas.temporary_files t
      WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);
@@ -765,7 +772,7 @@ BEGIN
     PERFORM micromegas._mm_check_deny_rule(NEW.match_expr);
   END IF;
   IF TG_OP = 'INSERT' THEN
-    IF NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL THEN
+    IF NOT micromegas._mm_keeps_creation(NEW.created_at, NEW.created_by) THEN
       NEW.created_at := clock_timestamp();
       NEW.created_by := micromegas._mm_actor();
     END IF;
@@ -828,8 +835,7 @@ BEGIN
   IF problem IS NOT NULL THEN
     RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  IF TG_OP = 'INSERT' AND NOT micromegas._mm_installing()
-     AND (NOT micromegas._mm_loading(NEW.created_at) OR nullif(btrim(NEW.created_by), '') IS NULL) THEN
+  IF TG_OP = 'INSERT' AND NOT micromegas._mm_keeps_creation(NEW.created_at, NEW.created_by) THEN
     NEW.created_at := clock_timestamp();
     NEW.created_by := micromegas._mm_actor();
   ELSIF TG_OP = 'UPDATE' THEN

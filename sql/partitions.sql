@@ -96,16 +96,22 @@ $$;
 -- leaves the queue. Empty partitions have no file.
 CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  paths text[];
 BEGIN
-  -- One transaction at a time per file path (in path order: no deadlock),
-  -- so two writers of partitions sharing a file, or a writer and a
-  -- retirement, each see the other's committed rows in the checks below.
-  IF TG_OP IN ('INSERT', 'UPDATE') THEN
-    PERFORM micromegas._mm_lock_files(ARRAY(SELECT b.file_path::text FROM born b));
+  -- One transaction at a time per file path, every path of the statement
+  -- locked in one call (in path order: no deadlock), so two writers of
+  -- partitions sharing a file, or a writer and a retirement, each see the
+  -- other's committed rows in the checks below. (A transition table exists
+  -- only for its own event: each is read only there.)
+  IF TG_OP = 'INSERT' THEN
+    paths := ARRAY(SELECT b.file_path::text FROM born b);
+  ELSIF TG_OP = 'DELETE' THEN
+    paths := ARRAY(SELECT g.file_path::text FROM gone g);
+  ELSE
+    paths := ARRAY(SELECT b.file_path::text FROM born b UNION ALL SELECT g.file_path::text FROM gone g);
   END IF;
-  IF TG_OP IN ('DELETE', 'UPDATE') THEN
-    PERFORM micromegas._mm_lock_files(ARRAY(SELECT g.file_path::text FROM gone g));
-  END IF;
+  PERFORM micromegas._mm_lock_files(paths);
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
     DELETE FROM micromegas.temporary_files t
      WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);

@@ -276,6 +276,17 @@ BEGIN
 END
 $$;
 
+-- Whether an INSERT into the deny list or the grants keeps the creation
+-- columns it was given: the extension's own install, or a superuser loading
+-- a dumped row that names its creator. Otherwise they are computed.
+CREATE FUNCTION micromegas._mm_keeps_creation(given_created_at timestamptz, given_created_by text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN micromegas._mm_installing()
+      OR (nullif(btrim(given_created_by), '') IS NOT NULL AND micromegas._mm_loading(given_created_at));
+END
+$$;
+
 -- BEFORE INSERT OR UPDATE: lock, derive, validate — one call to
 -- _mm_prepare_definition. Whatever path writes the row, it is checked
 -- exactly like mm_create_view; the schema, hash, reads, load status and
@@ -297,7 +308,7 @@ BEGIN
   IF TG_OP = 'INSERT' THEN
     PERFORM micromegas._mm_lock_catalog();
     NEW.shipped := micromegas._mm_installing();
-    keep_given := micromegas._mm_loading(NEW.created_at) OR intent IS NOT DISTINCT FROM 'load';
+    keep_given := micromegas._mm_loading(NEW.created_at);
     IF NOT NEW.shipped AND keep_given AND EXISTS (
          SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
           WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
@@ -327,15 +338,8 @@ BEGIN
            IS NOT DISTINCT FROM
            (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
             OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
-      -- A re-check marks a definition whose source changed as failed to load.
-      NEW.reads := OLD.reads;
-      NEW.schema_ipc := OLD.schema_ipc;
-      NEW.schema_json := OLD.schema_json;
-      NEW.schema_hash := OLD.schema_hash;
-      NEW.updated_at := OLD.updated_at;
-      NEW.updated_by := OLD.updated_by;
-      NEW.updated_by_role := OLD.updated_by_role;
-      NEW.created_at := OLD.created_at;
+      -- A re-check marks a definition whose source changed as failed to load
+      -- (its UPDATE sets only load_status and load_error).
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
