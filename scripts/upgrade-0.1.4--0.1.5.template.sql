@@ -44,7 +44,7 @@
 
 --@replace CREATE FUNCTION micromegas.mm_restore_view(
 
--- The file queue.
+-- The file queue (its lock helpers are in the section below).
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
 DROP FUNCTION micromegas._mm_partitions_after_delete();
 CREATE INDEX temporary_files_file_path ON micromegas.temporary_files (file_path);

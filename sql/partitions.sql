@@ -81,11 +81,28 @@ END
 $$;
 
 -- <file queue>
--- Transaction-scoped locks on file paths, taken in path order.
-CREATE FUNCTION micromegas._mm_lock_files(paths text[]) RETURNS void
-LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
-  SELECT count(pg_catalog.pg_advisory_xact_lock(pg_catalog.hashtextextended('micromegas_views.file:' || p, 0)))
-    FROM (SELECT DISTINCT p FROM unnest($1) AS u(p) WHERE p IS NOT NULL ORDER BY p) x
+-- Writers of partitions take turns per file path, through 64 lock buckets
+-- of the path's hash: a statement holds at most 64 advisory locks however
+-- many partitions it writes or retires (one lock per path ran out of
+-- shared memory for a bulk insert or a DROP of a large view), at the cost
+-- of two writers of unrelated files waiting for each other 1 time in 64.
+-- Locks are (class, bucket) pairs, the class this extension's own.
+CREATE FUNCTION micromegas._mm_file_bucket(file_path text) RETURNS integer
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT pg_catalog.hashtext($1) & 63
+$$;
+
+-- Holds the buckets' locks until the transaction ends, in bucket order (no
+-- deadlock between two writers).
+CREATE FUNCTION micromegas._mm_lock_file_buckets(buckets integer[]) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  b integer;
+BEGIN
+  FOREACH b IN ARRAY coalesce(buckets, '{}') LOOP
+    PERFORM pg_catalog.pg_advisory_xact_lock(1835890278, b);
+  END LOOP;
+END
 $$;
 -- The file queue follows what the partitions reference, whatever wrote
 -- them: a file a statement took out of use (the file of a deleted
@@ -97,21 +114,26 @@ $$;
 CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  paths text[];
+  buckets integer[];
 BEGIN
-  -- One transaction at a time per file path, every path of the statement
-  -- locked in one call (in path order: no deadlock), so two writers of
-  -- partitions sharing a file, or a writer and a retirement, each see the
-  -- other's committed rows in the checks below. (A transition table exists
-  -- only for its own event: each is read only there.)
+  -- One transaction at a time per file path (bucket), every bucket of the
+  -- statement locked in one call, so two writers of partitions sharing a
+  -- file, or a writer and a retirement, each see the other's committed rows
+  -- in the checks below. (A transition table exists only for its own event:
+  -- each is read only there.)
   IF TG_OP = 'INSERT' THEN
-    paths := ARRAY(SELECT b.file_path::text FROM born b);
+    buckets := ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(b.file_path) FROM born b
+                      WHERE b.file_path IS NOT NULL ORDER BY 1);
   ELSIF TG_OP = 'DELETE' THEN
-    paths := ARRAY(SELECT g.file_path::text FROM gone g);
+    buckets := ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(g.file_path) FROM gone g
+                      WHERE g.file_path IS NOT NULL ORDER BY 1);
   ELSE
-    paths := ARRAY(SELECT b.file_path::text FROM born b UNION ALL SELECT g.file_path::text FROM gone g);
+    buckets := ARRAY(SELECT micromegas._mm_file_bucket(b.file_path) FROM born b WHERE b.file_path IS NOT NULL
+                     UNION
+                     SELECT micromegas._mm_file_bucket(g.file_path) FROM gone g WHERE g.file_path IS NOT NULL
+                     ORDER BY 1);
   END IF;
-  PERFORM micromegas._mm_lock_files(paths);
+  PERFORM micromegas._mm_lock_file_buckets(buckets);
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
     DELETE FROM micromegas.temporary_files t
      WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);
@@ -334,22 +356,31 @@ RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   rows tid[];
-  paths text[];
+  b integer;
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  SELECT array_agg(x.ctid), array_agg(x.file_path::text) INTO rows, paths
-    FROM (SELECT y.ctid, y.file_path FROM micromegas.temporary_files y
+  -- Wait for the writers in flight on the candidates' buckets (taking each
+  -- lock and letting it go at once: holding them while the daemon deletes
+  -- the objects would stall every writer), so that a partition written
+  -- with one of these files is committed before the check below. Before
+  -- any queue row is locked: a writer holds its bucket and then waits for
+  -- the queue row of its file, so the other order could deadlock.
+  FOREACH b IN ARRAY ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(c.file_path)
+                             FROM (SELECT y.file_path FROM micromegas.temporary_files y WHERE y.expiration <= now()
+                                    ORDER BY y.expiration LIMIT max_files) c
+                            ORDER BY 1) LOOP
+    PERFORM pg_catalog.pg_advisory_lock(1835890278, b);
+    PERFORM pg_catalog.pg_advisory_unlock(1835890278, b);
+  END LOOP;
+  SELECT array_agg(x.ctid) INTO rows
+    FROM (SELECT y.ctid FROM micromegas.temporary_files y
            WHERE y.expiration <= now()
            ORDER BY y.expiration
            LIMIT max_files
              FOR UPDATE SKIP LOCKED) x;
-  -- The writers' lock on each path: a partition written with one of these
-  -- files meanwhile is committed before the check below, or waits for this
-  -- transaction (and then finds its file was handed out: see the README).
-  PERFORM micromegas._mm_lock_files(paths);
   RETURN QUERY
     WITH claimed AS (
       DELETE FROM micromegas.temporary_files t

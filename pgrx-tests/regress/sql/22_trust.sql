@@ -67,6 +67,16 @@ SELECT file_path FROM micromegas.mm_expired_files() ORDER BY 1;
 RESET ROLE;
 DROP ROLE mmv_trust_service;
 SELECT count(*) AS left_in_queue FROM micromegas.temporary_files;
+-- The writers' locks do not grow with a statement: 20,000 partitions in
+-- one INSERT, then one DELETE (what a DROP of a large view runs), hold 64
+-- lock buckets at most (one lock per path ran out of shared memory).
+INSERT INTO micromegas.lakehouse_partitions (view_set_name, view_instance_id, begin_insert_time, end_insert_time,
+                                             file_path, file_size, file_schema_hash, num_rows)
+SELECT 't_v', 'bulk', '2020-01-01'::timestamptz + i * interval '1 minute', '2020-01-01'::timestamptz + (i + 1) * interval '1 minute',
+       's3://bulk/' || i, 1, decode(:'h', 'hex'), 1
+  FROM generate_series(1, 20000) i;
+DELETE FROM micromegas.lakehouse_partitions WHERE view_instance_id = 'bulk';
+SELECT count(*) AS bulk_queued FROM micromegas.temporary_files WHERE file_path LIKE 's3://bulk/%';
 RESET micromegas_views.file_retention;
 DELETE FROM micromegas.lakehouse_partitions WHERE view_set_name = 't_v';
 DELETE FROM micromegas.temporary_files;
