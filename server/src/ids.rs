@@ -60,6 +60,25 @@ pub fn resolve_namespace(
     Ok(())
 }
 
+/// A request body's `id` (the spec's identifier path, namespace parts then
+/// the table name) must name the same view as the route: either the name
+/// alone or the configured namespace followed by it, compared part by part.
+pub fn check_body_id(body: &[String], name: &str, namespace: &[String]) -> Result<(), ApiError> {
+    let same = match body.split_last() {
+        Some((last, prefix)) => last == name && (prefix.is_empty() || prefix == namespace),
+        None => false,
+    };
+    if same {
+        return Ok(());
+    }
+    let mut expected = namespace.to_vec();
+    expected.push(name.to_string());
+    Err(ApiError::invalid(format!(
+        "the body's id {body:?} does not name the view of the path"
+    ))
+    .with_detail(format!("The path names {expected:?}.")))
+}
+
 fn components(id: &str, delimiter: Option<&str>) -> Result<Vec<String>, ApiError> {
     let delimiter = delimiter.unwrap_or(DEFAULT_DELIMITER);
     if delimiter.is_empty() {
@@ -104,6 +123,21 @@ mod tests {
             resolve_id("$errors", None, &ns).unwrap_err().code,
             Code::InvalidInput
         );
+        let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(check_body_id(&path(&["errors"]), "errors", &ns).is_ok());
+        assert!(check_body_id(&path(&["micromegas", "errors"]), "errors", &ns).is_ok());
+        for wrong in [
+            &[][..],
+            &["other", "errors"],
+            &["micromegas", "x", "errors"],
+            &["warnings"],
+        ] {
+            assert_eq!(
+                check_body_id(&path(wrong), "errors", &ns).unwrap_err().code,
+                Code::InvalidInput,
+                "{wrong:?}"
+            );
+        }
         assert!(resolve_namespace("$", None, &ns).is_ok());
         assert!(resolve_namespace("micromegas", None, &ns).is_ok());
         assert_eq!(

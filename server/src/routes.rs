@@ -3,7 +3,7 @@
 //! transaction of calls to the extension's SQL functions.
 
 use crate::errors::{ApiError, Code};
-use crate::ids::{resolve_id, resolve_namespace};
+use crate::ids::{check_body_id, resolve_id, resolve_namespace};
 use crate::{AppState, Identity};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -230,10 +230,8 @@ struct CreateRequest {
     auto_refresh: Option<bool>,
     id: Option<Vec<String>>,
     context: Option<Value>,
-    // Accepted, not used: the caller's identity is its API key.
-    #[allow(dead_code)]
-    identity: Option<Value>,
-    #[allow(dead_code)]
+    // Not read: the caller's identity is its API key (the spec's headers);
+    // a body `identity` is never stored or logged.
     udtf_spec: Option<Value>,
 }
 
@@ -346,11 +344,7 @@ async fn create(
     let name = caller.view(&state, &id, &query)?;
     let request: CreateRequest = caller.body(body)?;
     if let Some(path) = &request.id {
-        if path.last() != Some(&name) {
-            return Err(caller.err(ApiError::invalid(format!(
-                "the body's id {path:?} does not name the view of the path (\"{name}\")"
-            ))));
-        }
+        check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
     let missing = |field: &str| {
         caller.err(ApiError::invalid(format!(
@@ -366,6 +360,12 @@ async fn create(
                 format!("materialized view kind \"{kind}\" is not supported"),
             )
             .with_detail("This namespace stores micromegas view sets: only kind \"query\"."),
+        ));
+    }
+    if request.udtf_spec.as_ref().is_some_and(|v| !v.is_null()) {
+        return Err(caller.err(
+            ApiError::invalid("udtf_spec is valid only for materialized views of kind \"udtf\"")
+                .with_detail("This request's kind is \"query\"."),
         ));
     }
     let source = request
@@ -428,6 +428,72 @@ async fn create(
     ))
 }
 
+/// The spec's RefreshMaterializedViewRequest. Only the fields a worker acts
+/// on are kept (they become the job's `params`); `identity` (credentials)
+/// and `context` are read for nothing and never stored or logged.
+#[derive(Deserialize)]
+struct RefreshRequest {
+    id: Option<Vec<String>>,
+    src_version: Option<i64>,
+    max_rows_per_fragment: Option<i64>,
+    concurrency: Option<i64>,
+    intra_applier_concurrency: Option<i64>,
+    source_task_size: Option<i64>,
+    cluster: Option<String>,
+    output_limit: Option<i64>,
+    manifest: Option<String>,
+}
+
+impl RefreshRequest {
+    /// The job parameters: the worker fields that are set, validated.
+    fn job_params(&self) -> Result<Value, ApiError> {
+        if self.output_limit.is_some() {
+            return Err(ApiError::invalid(
+                "output_limit is valid only for chunker materialized views",
+            )
+            .with_detail("The views of this namespace are of kind \"query\"."));
+        }
+        if self.manifest.is_some() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Code::Unsupported,
+                "manifest overrides are not supported",
+            )
+            .with_detail(
+                "The views of this namespace are micromegas view sets, not Geneva views.",
+            ));
+        }
+        let mut params = serde_json::Map::new();
+        if let Some(v) = self.src_version {
+            if v < 0 {
+                return Err(ApiError::invalid(format!(
+                    "src_version must not be negative, not {v}"
+                )));
+            }
+            params.insert("src_version".into(), v.into());
+        }
+        for (field, value) in [
+            ("max_rows_per_fragment", self.max_rows_per_fragment),
+            ("concurrency", self.concurrency),
+            ("intra_applier_concurrency", self.intra_applier_concurrency),
+            ("source_task_size", self.source_task_size),
+        ] {
+            if let Some(v) = value {
+                if v < 1 {
+                    return Err(ApiError::invalid(format!(
+                        "{field} must be at least 1, not {v}"
+                    )));
+                }
+                params.insert(field.into(), v.into());
+            }
+        }
+        if let Some(cluster) = &self.cluster {
+            params.insert("cluster".into(), cluster.clone().into());
+        }
+        Ok(Value::Object(params))
+    }
+}
+
 async fn refresh(
     State(state): State<Shared>,
     Path(id): Path<String>,
@@ -436,10 +502,11 @@ async fn refresh(
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let name = caller.view(&state, &id, &query)?;
-    let params: Value = caller.body(body)?;
-    if !params.is_object() {
-        return Err(caller.err(ApiError::invalid("the request body must be a JSON object")));
+    let request: RefreshRequest = caller.body(body)?;
+    if let Some(path) = &request.id {
+        check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
+    let params = request.job_params().map_err(|e| caller.err(e))?;
     let job_id: String = caller
         .one_row(
             &state,

@@ -263,6 +263,20 @@ async fn every_route_over_http() {
         .post(admin, "/v1/materialized_view/http_b/create", bad)
         .await;
     assert_error(&got, 400, 13, "nope");
+    // The body's id compared part by part with the route (0.1.4 compared
+    // only the last part); a udtf_spec on a query view.
+    let mut bad = create_body("http_b", expected_schema(DataType::Int32));
+    bad["id"] = json!(["lance", "http_b"]);
+    let got = api
+        .post(admin, "/v1/materialized_view/http_b/create", bad)
+        .await;
+    assert_error(&got, 400, 13, "does not name the view of the path");
+    let mut bad = create_body("http_b", expected_schema(DataType::Int32));
+    bad["udtf_spec"] = json!({"name": "f"});
+    let got = api
+        .post(admin, "/v1/materialized_view/http_b/create", bad)
+        .await;
+    assert_error(&got, 400, 13, "udtf_spec is valid only");
     let mut bad = create_body("http_b", expected_schema(DataType::Int32));
     bad["output_schema"] = json!("not base64 at all!");
     let got = api
@@ -373,17 +387,89 @@ async fn every_route_over_http() {
         (status, body["job_state"].clone()),
         (200, json!("IN_PROGRESS"))
     );
+    // A refresh with only what a Lance client sends besides the worker
+    // fields (its id, identity credentials, context): nothing to store, so
+    // it folds into the create's queued refresh (equal, empty parameters).
     let (status, body, _) = api
         .post(
             admin,
             "/v1/materialized_view/http_a/refresh",
-            json!({"reason": "backfill"}),
+            json!({"id": ["micromegas", "http_a"], "identity": {"api_key": "secret-key-in-body", "auth_token": "secret-token-in-body"},
+                   "context": {"ticket": "OPS-2"}, "src_version": null, "output_limit": null, "manifest": null}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["job_id"].clone()),
+        (202, json!(job_id)),
+        "{body}"
+    );
+    let (status, body, _) = api
+        .post(
+            admin,
+            "/v1/materialized_view/http_a/refresh",
+            json!({"concurrency": 4, "src_version": 7, "cluster": "c1",
+                   "identity": {"api_key": "secret-key-in-body"}}),
         )
         .await;
     assert_eq!(status, 202, "{body}");
     // Other parameters than the queued refresh's: a job of its own (0.1.5
-    // folds only requests with equal parameters).
+    // folds only requests with equal parameters) carrying only the worker
+    // fields.
     assert_ne!(body["job_id"], json!(job_id));
+    let stored = client
+        .query_one(
+            "SELECT params::text, (SELECT count(*) FROM micromegas.jobs WHERE params::text LIKE '%secret%')
+               FROM micromegas.jobs WHERE job_id = $1::text::uuid",
+            &[&body["job_id"].as_str().unwrap()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (stored.get::<_, String>(0), stored.get::<_, i64>(1)),
+        (
+            r#"{"cluster": "c1", "concurrency": 4, "src_version": 7}"#.to_string(),
+            0
+        )
+    );
+    // Refused per the spec: output_limit on a query view, a manifest
+    // override, a bad integer, a body id naming another namespace.
+    for (request, code, needle) in [
+        (
+            json!({"output_limit": 10}),
+            13,
+            "output_limit is valid only for chunker",
+        ),
+        (
+            json!({"manifest": "{}"}),
+            0,
+            "manifest overrides are not supported",
+        ),
+        (
+            json!({"concurrency": 0}),
+            13,
+            "concurrency must be at least 1",
+        ),
+        (
+            json!({"src_version": "7"}),
+            13,
+            "not valid JSON for this operation",
+        ),
+        (
+            json!({"id": ["elsewhere", "http_a"]}),
+            13,
+            "does not name the view of the path",
+        ),
+        (
+            json!({"id": ["micromegas", "http_b"]}),
+            13,
+            "does not name the view of the path",
+        ),
+    ] {
+        let got = api
+            .post(admin, "/v1/materialized_view/http_a/refresh", request)
+            .await;
+        assert_error(&got, 400, code, needle);
+    }
     let got = api
         .post(reader, "/v1/materialized_view/http_a/refresh", json!({}))
         .await;
