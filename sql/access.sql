@@ -147,6 +147,7 @@ RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('deny_queries');
   id uuid;
 BEGIN
   INSERT INTO micromegas.query_deny_list AS q (match_expr, reason)
@@ -170,6 +171,7 @@ CREATE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('remove_query_denial');
   id uuid;
 BEGIN
   BEGIN
@@ -192,6 +194,7 @@ CREATE FUNCTION micromegas.mm_record_query_denial_hits(rule_ids uuid[], at times
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_record_query_denial_hits');
   touched integer;
   hit timestamptz := least(coalesce(at, now()), now());
 BEGIN
@@ -320,6 +323,7 @@ CREATE FUNCTION micromegas.mm_grant_audience(audience text, axis text, selector 
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_grant_audience');
   problem text := micromegas._mm_audience_problem(audience, axis, selector);
 BEGIN
   -- The trigger applies the same rule, but a value longer than its column
@@ -339,6 +343,7 @@ CREATE FUNCTION micromegas.mm_revoke_audience(audience text, axis text, selector
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_revoke_audience');
   problem text := micromegas._mm_audience_problem(audience, axis, selector);
 BEGIN
   -- No row may be written, so no trigger may check: an invalid triple is

@@ -9,6 +9,7 @@ RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_par
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
   target text;
   outcome text;
 BEGIN
@@ -46,6 +47,7 @@ RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_par
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
   options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
     'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
     'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
@@ -114,6 +116,8 @@ $$;
 CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
 RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_drop_view');
 BEGIN
   PERFORM micromegas._mm_check_name(name::text, 'reference');
   RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
@@ -125,6 +129,7 @@ CREATE FUNCTION micromegas.mm_drop_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_drop_view');
   t record;
 BEGIN
   SELECT * INTO t FROM micromegas._mm_statement_target(statement);
@@ -159,6 +164,8 @@ CREATE FUNCTION micromegas.mm_register_builtin_view_set(
 RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_register_builtin_view_set');
 BEGIN
   -- The schema's forms (it reads JSON or IPC given as schema_ipc), the name
   -- rules and the shared namespace are the table trigger's.
@@ -263,11 +270,21 @@ $$;
 
 -- The dry run: everything mm_create_view would do — parsing, every check,
 -- the dependents' re-checks — inside a subtransaction that is always rolled
--- back, so nothing is written and no notification is sent.
+-- back, so nothing is written and no notification is sent. A hot standby
+-- can write nothing, not even to roll it back: there the same questions are
+-- asked without writing (_mm_dry_run_read_only), and the answer is the
+-- primary's (regress 23_standby_dry_run compares the two on every case).
 CREATE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[])
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM micromegas._mm_explain_view(statement, pg_catalog.pg_is_in_recovery())
+$$;
+
+CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
+RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
+               dependents text[], materialization_position bigint, problems text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
   target text;
@@ -277,16 +294,30 @@ DECLARE
   row_reads text[];
   row_dependents text[];
   row_position bigint;
+  dry record;
   problem text;
   problem_detail text;
   problem_state text;
 BEGIN
   BEGIN
-    SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
-    SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
-      INTO row_schema, row_hash, row_reads
-      FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
-    SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
+    IF read_only THEN
+      SELECT * INTO STRICT dry FROM micromegas._mm_dry_run_read_only(statement);
+      target := dry.view_set_name;
+      outcome := dry.outcome;
+      row_schema := micromegas._mm_format_schema(dry.schema_ipc);
+      row_hash := dry.schema_hash;
+      row_reads := dry.reads;
+      -- The order after the write: the view's new group among the others.
+      SELECT count(*) + 1 INTO row_position
+        FROM micromegas.mm_materialization_order() o
+       WHERE o.view_set_name <> target AND (o.update_group, o.view_set_name) < (dry.update_group, target);
+    ELSE
+      SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
+      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
+        INTO row_schema, row_hash, row_reads
+        FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+      SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
+    END IF;
     RAISE EXCEPTION 'dry run' USING ERRCODE = 'MMDRY';
   EXCEPTION
     WHEN SQLSTATE 'MMDRY' THEN
@@ -300,6 +331,7 @@ BEGIN
         target := NULL;
       END;
       outcome := 'refused';
+      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL;
       problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
   END;
   SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
@@ -307,6 +339,81 @@ BEGIN
    WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
   RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
                       row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+END
+$$;
+
+-- What mm_create_view(statement) would store, asked without writing: the
+-- trigger's own steps (_mm_prepare_definition, _mm_name_taken) and, for a
+-- replace that moves the view's schema or group, the strict re-check of
+-- every dependent, depth first like the write path, each against the
+-- schemas the write would have stored so far. Raises what the write raises.
+CREATE FUNCTION micromegas._mm_dry_run_read_only(statement text,
+  OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
+  OUT update_group integer)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  p record;
+  old micromegas.lakehouse_view_set_definitions;
+  names text[];
+  schemas text[];
+  groups integer[];
+BEGIN
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
+  view_set_name := p.view_set_name;
+  schema_ipc := p.schema_ipc;
+  schema_hash := p.schema_hash;
+  reads := p.reads;
+  update_group := p.update_group;
+  outcome := 'created';
+  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, true) THEN
+    outcome := 'replaced';
+    SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
+    -- A failed view validating again re-checks its dependents leniently
+    -- (nothing refused); a moved schema or group re-checks them strictly.
+    IF old.load_status = 'ok' AND (old.schema_ipc IS DISTINCT FROM p.schema_ipc
+                                   OR old.update_group IS DISTINCT FROM p.update_group) THEN
+      names := ARRAY[p.view_set_name];
+      schemas := ARRAY[p.schema_ipc];
+      groups := ARRAY[p.update_group];
+      SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
+        FROM micromegas._mm_recheck_read_only(p.view_set_name, names, schemas, groups) r;
+    END IF;
+  END IF;
+END
+$$;
+
+-- _mm_recheck_dependents(source, strict => true) without writing: a
+-- dependent that no longer validates raises the write path's error; one
+-- whose schema moves is what the write would rewrite, so its own
+-- dependents are re-checked next against its new schema.
+CREATE FUNCTION micromegas._mm_recheck_read_only(source text,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[])
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked text;
+  problem text;
+BEGIN
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    BEGIN
+      checked := micromegas._mm_check_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+                   dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups);
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+    END;
+    IF checked IS DISTINCT FROM dep.schema_ipc AND NOT dep.view_set_name = ANY (names) THEN
+      names := names || dep.view_set_name;
+      schemas := schemas || checked;
+      groups := groups || dep.update_group;
+      IF dep.load_status = 'ok' THEN
+        SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
+          FROM micromegas._mm_recheck_read_only(dep.view_set_name, names, schemas, groups) r;
+      END IF;
+    END IF;
+  END LOOP;
 END
 $$;
 
@@ -408,7 +515,13 @@ COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
 COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
   'Jobs by state and view set, newest first';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
-  'Dry run of mm_create_view: every check, nothing written';
+  'Dry run of mm_create_view: every check, nothing written; on a hot standby the same answer, asked without writing';
+COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
+  'mm_explain_view, by a rolled-back write or (read_only) by _mm_dry_run_read_only';
+COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
+  'What mm_create_view(statement) would store, or the error it would raise, without writing';
+COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, text[], text[], integer[]) IS
+  'The strict re-check of the dependents of source, without writing, against the schemas given';
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
   'Every stored definition, including those that failed to load';
 COMMENT ON FUNCTION micromegas.list_view_sets() IS

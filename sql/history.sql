@@ -170,6 +170,7 @@ RETURNS SETOF micromegas.view_change
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_restore_view');
   h micromegas.lakehouse_view_set_definition_history;
   outcome text := 'restored';
 BEGIN
@@ -200,6 +201,7 @@ CREATE FUNCTION micromegas.mm_prune_view_history(older_than interval)
 RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_prune_view_history');
   n bigint;
 BEGIN
   IF older_than IS NULL OR older_than < interval '0' THEN

@@ -120,6 +120,7 @@ CREATE FUNCTION micromegas.mm_refresh_view(
   name text, begin_time timestamptz DEFAULT NULL, end_time timestamptz DEFAULT NULL, params jsonb DEFAULT '{}')
 RETURNS uuid
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT micromegas._mm_require_writable('mm_refresh_view');
   SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
 $$;
 
@@ -130,6 +131,7 @@ CREATE FUNCTION micromegas.regenerate_partitions(
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('regenerate_partitions');
   bucket record;
   r record;
 BEGIN
@@ -194,6 +196,8 @@ $$;
 CREATE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
 RETURNS SETOF micromegas.claimed_job
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_claim_jobs');
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
@@ -225,6 +229,7 @@ $$;
 CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
 RETURNS SETOF micromegas.claimed_job
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT micromegas._mm_require_writable('mm_claim_job');
   SELECT * FROM micromegas.mm_claim_jobs($1, 1, $2)
 $$;
 
@@ -258,6 +263,7 @@ $$;
 CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_heartbeat_job');
   j micromegas.jobs := micromegas._mm_held_job($1, $2);
 BEGIN
   UPDATE micromegas.jobs x
@@ -275,6 +281,7 @@ CREATE FUNCTION micromegas.mm_finish_job(
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_finish_job');
   j micromegas.jobs := micromegas._mm_held_job($1, $2);
   next_state text;
 BEGIN
@@ -303,6 +310,7 @@ $$;
 CREATE FUNCTION micromegas.mm_cancel_job(job_id uuid) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_cancel_job');
   j micromegas.jobs;
 BEGIN
   SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;

@@ -259,6 +259,7 @@ CREATE FUNCTION micromegas.retire_partitions(
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partitions');
   target text := format('%s/%s', $1, $2);
   n bigint := 0;
   bytes bigint := 0;
@@ -299,6 +300,7 @@ CREATE FUNCTION micromegas.retire_partition_by_metadata(
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partition_by_metadata');
   label text := micromegas._mm_partition_label($1, $2, $3, $4, $5);
   n bigint;
   paths text;
@@ -326,6 +328,7 @@ CREATE FUNCTION micromegas.retire_partition_by_file(file_path text)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partition_by_file');
   n bigint;
 BEGIN
   WITH gone AS (DELETE FROM micromegas.lakehouse_partitions p WHERE p.file_path = $1 RETURNING 1)
@@ -355,6 +358,7 @@ CREATE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
 RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
   rows tid[];
   b integer;
 BEGIN
@@ -448,6 +452,8 @@ CREATE TYPE micromegas.partition_retirement AS (
 CREATE FUNCTION micromegas.retire_incompatible_partitions(view_set_name text DEFAULT NULL)
 RETURNS SETOF micromegas.partition_retirement
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_incompatible_partitions');
 BEGIN
   RETURN QUERY
     WITH candidates AS (
@@ -489,6 +495,7 @@ CREATE FUNCTION micromegas.mm_write_partition(
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_write_partition');
   p micromegas.lakehouse_partitions;
 BEGIN
   p := ROW($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14);
@@ -514,6 +521,7 @@ CREATE FUNCTION micromegas.mm_replace_partitions(
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_replace_partitions');
   q micromegas.lakehouse_partitions;
   o micromegas.lakehouse_partitions;
   n bigint;

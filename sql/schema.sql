@@ -176,6 +176,27 @@ CREATE TABLE micromegas.removed_shipped_rows (
   PRIMARY KEY (table_name, view_set_name)
 );
 
+-- Every function that writes calls this first: on a hot standby (a server
+-- in recovery) the catalog is read-only, and the write is refused here with
+-- one message naming the operation, before any statement of it runs
+-- (otherwise whichever statement came first would fail with Postgres' own
+-- words, e.g. "cannot execute SELECT FOR UPDATE in a read-only
+-- transaction"). Returns true so that a DECLARE can call it.
+CREATE FUNCTION micromegas._mm_require_writable(operation text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF pg_catalog.pg_is_in_recovery() THEN
+    RAISE EXCEPTION '%: the micromegas catalog is read-only on a standby', operation
+      USING ERRCODE = 'read_only_sql_transaction',
+            DETAIL = 'This server is a hot standby (in recovery): definitions, partitions, jobs, deny rules and grants change only on the primary.',
+            HINT = 'Run it on the primary; every reader function works here.';
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
+  'Refuses a write on a hot standby (25006, naming the operation); every writing function calls it first';
+
 -- The catalog lock and version. SECURITY DEFINER: admins may not write
 -- catalog_state themselves, so the version can only move forward by one.
 CREATE FUNCTION micromegas._mm_lock_catalog() RETURNS bigint
@@ -217,6 +238,40 @@ $$;
 -- refuses the change (strict: a DDL view was replaced) or is marked as
 -- failed to load (a built-in schema was registered: the service's code is
 -- the truth), with every view reading it.
+CREATE FUNCTION micromegas._mm_raise_broken_dependent(source text, dependent text, problem text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RAISE EXCEPTION 'cannot change materialized view "%" because materialized view "%" depends on it', source, dependent
+    USING ERRCODE = 'dependent_objects_still_exist',
+          DETAIL = format('materialized view "%s" would no longer be valid: %s', dependent, problem),
+          HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dependent);
+END
+$$;
+
+-- Whether a definition named `name` replaces a stored one; refuses a name
+-- a built-in view set has, and (when `creating`) a plain CREATE of an
+-- existing view. The write path and the read-only dry run both ask it.
+CREATE FUNCTION micromegas._mm_name_taken(name text, or_replace boolean, creating boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Choose another name for the materialized view.';
+  END IF;
+  IF creating AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
+    END IF;
+    RETURN true;
+  END IF;
+  RETURN false;
+END
+$$;
+
 CREATE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -235,10 +290,7 @@ BEGIN
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
       IF strict THEN
-        RAISE EXCEPTION 'cannot change materialized view "%" because materialized view "%" depends on it', source, dep.view_set_name
-          USING ERRCODE = 'dependent_objects_still_exist',
-                DETAIL = format('materialized view "%s" would no longer be valid: %s', dep.view_set_name, problem),
-                HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dep.view_set_name);
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
       UPDATE micromegas.lakehouse_view_set_definitions d
          SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
@@ -366,34 +418,23 @@ BEGIN
     -- queries still do not plan. Any other problem is refused as usual.
     keep_given AND NEW.load_status = 'failed');
 
-  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = p.view_set_name) THEN
-    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', p.view_set_name
-      USING ERRCODE = 'duplicate_object',
-            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
-            HINT = 'Choose another name for the materialized view.';
+  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, TG_OP = 'INSERT') THEN
+    -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+    -- trigger asks the same question again and gets the answer just
+    -- computed, from the backend's memory; it re-checks the dependents.
+    -- The history records it as a replace (the intent), not as a re-check.
+    PERFORM micromegas._mm_intent_begin('replace', p.view_set_name);
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+           count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+           update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
+     WHERE d.view_set_name = p.view_set_name;
+    PERFORM micromegas._mm_intent_end('replace');
+    -- mm_create_view reports the replace (a skipped INSERT returns no row).
+    PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+    RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN
-    IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name) THEN
-      IF NOT p.or_replace THEN
-        RAISE EXCEPTION 'materialized view "%" already exists', p.view_set_name
-          USING ERRCODE = 'duplicate_object',
-                HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
-      END IF;
-      -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
-      -- trigger asks the same question again and gets the answer just
-      -- computed, from the backend's memory; it re-checks the dependents.
-      -- The history records it as a replace (the intent), not as a re-check.
-      PERFORM micromegas._mm_intent_begin('replace', p.view_set_name);
-      UPDATE micromegas.lakehouse_view_set_definitions d
-         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
-             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
-             update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
-       WHERE d.view_set_name = p.view_set_name;
-      PERFORM micromegas._mm_intent_end('replace');
-      -- mm_create_view reports the replace (a skipped INSERT returns no row).
-      PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
-      RETURN NULL;
-    END IF;
     PERFORM micromegas._mm_next_version();
   END IF;
 

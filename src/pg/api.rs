@@ -151,6 +151,37 @@ fn remember(key: (Derived, Vec<CatalogRow>, usize), prepared: Prepared) {
     })
 }
 
+/// Derives and validates a definitions row against the catalog as stored,
+/// except for the view sets in `overrides`, which are taken as given (a
+/// read-only dry run's not-yet-written schemas). Remembered per backend.
+fn prepare_row(row: RowInput, keep_failed: bool, overrides: &[CatalogRow]) -> (Derived, Prepared) {
+    let derived = derive(row);
+    let mut rows = catalog_rows(&derived.mentioned, &derived.definition.name);
+    for given in overrides {
+        if !derived.mentioned.contains(&given.name) || given.name == derived.definition.name {
+            continue;
+        }
+        match rows.iter_mut().find(|r| r.name == given.name) {
+            Some(stored) => *stored = given.clone(),
+            None => rows.push(given.clone()),
+        }
+    }
+    let key = (derived, rows, settings::max_plan_nodes());
+    let prepared = match remembered(&key) {
+        Some(prepared) => prepared,
+        None => {
+            let (derived, rows) = (key.0.clone(), key.1.clone());
+            let prepared =
+                run_isolated(move || prepare::prepare(&derived, &rows, keep_failed)).or_raise();
+            if prepared.load_error.is_none() {
+                remember(key.clone(), prepared.clone());
+            }
+            prepared
+        }
+    };
+    (key.0, prepared)
+}
+
 /// The SQL-callable steps. They are created unqualified, in the extension's
 /// schema (`schema = micromegas` in the control file): a `#[pg_schema]`
 /// module would emit `CREATE SCHEMA IF NOT EXISTS`, which Postgres refuses
@@ -201,22 +232,8 @@ mod micromegas {
             update_group,
             view_options: view_options.map(|j| j.0),
         };
-        let derived = derive(row);
-        let rows = catalog_rows(&derived.mentioned, &derived.definition.name);
-        let key = (derived, rows, settings::max_plan_nodes());
-        let prepared = match remembered(&key) {
-            Some(prepared) => prepared,
-            None => {
-                let (derived, rows) = (key.0.clone(), key.1.clone());
-                let prepared =
-                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed)).or_raise();
-                if prepared.load_error.is_none() {
-                    remember(key.clone(), prepared.clone());
-                }
-                prepared
-            }
-        };
-        let (derived, d) = (&key.0, &key.0.definition);
+        let (derived, prepared) = prepare_row(row, keep_failed, &[]);
+        let d = &derived.definition;
         TableIterator::once((
             d.name.clone(),
             derived.or_replace,
@@ -232,6 +249,50 @@ mod micromegas {
             prepared.reads,
             prepared.load_error,
         ))
+    }
+
+    /// The schema (base64 Arrow IPC) a stored definition would have if the
+    /// view sets `names` had the schemas and groups given beside them, or
+    /// the error its validation raises: the read-only dry run's re-check of
+    /// a dependent (a hot standby cannot write the row to find out).
+    #[pg_extern(stable, name = "_mm_check_definition_with")]
+    #[allow(clippy::too_many_arguments)]
+    fn check_definition_with(
+        view_set_name: String,
+        extract_query: String,
+        count_src_query: String,
+        merge_partitions_query: String,
+        update_group: i32,
+        view_options: Option<JsonB>,
+        names: Vec<String>,
+        schemas: Vec<String>,
+        groups: Vec<i32>,
+    ) -> String {
+        if names.len() != schemas.len() || names.len() != groups.len() {
+            pgrx::error!("_mm_check_definition_with: names, schemas and groups differ in length");
+        }
+        let overrides: Vec<CatalogRow> = names
+            .into_iter()
+            .zip(schemas)
+            .zip(groups)
+            .map(|((name, schema_ipc), group)| CatalogRow {
+                name,
+                schema_ipc: Some(schema_ipc),
+                update_group: Some(group),
+                kind: SourceKind::Materialized,
+                load_error: None,
+            })
+            .collect();
+        let row = RowInput {
+            view_set_name: Some(view_set_name),
+            definition_sql: None,
+            extract_query: Some(extract_query),
+            count_src_query: Some(count_src_query),
+            merge_partitions_query: Some(merge_partitions_query),
+            update_group: Some(update_group),
+            view_options: view_options.map(|j| j.0),
+        };
+        prepare_row(row, false, &overrides).1.schema_ipc
     }
 
     /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF

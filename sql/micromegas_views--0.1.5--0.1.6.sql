@@ -1,0 +1,1044 @@
+-- micromegas_views 0.1.5 -> 0.1.6. What changes:
+-- * on a hot standby every writing function refuses with 25006 and one
+--   message naming it ("...: the micromegas catalog is read-only on a
+--   standby"), before any of its statements runs;
+-- * mm_explain_view answers on a standby what the primary answers: there it
+--   asks the write path's questions without writing (_mm_dry_run_read_only);
+--   the name checks and the broken-dependent error are one function each,
+--   shared by the write path and the dry run.
+
+CREATE FUNCTION micromegas."_mm_check_definition_with"(
+	"view_set_name" TEXT, /* String */
+	"extract_query" TEXT, /* String */
+	"count_src_query" TEXT, /* String */
+	"merge_partitions_query" TEXT, /* String */
+	"update_group" INT, /* i32 */
+	"view_options" jsonb, /* Option < JsonB > */
+	"names" TEXT[], /* Vec < String > */
+	"schemas" TEXT[], /* Vec < String > */
+	"groups" INT[] /* Vec < i32 > */
+) RETURNS TEXT /* String */
+STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'check_definition_with_wrapper';
+
+CREATE FUNCTION micromegas._mm_require_writable(operation text) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF pg_catalog.pg_is_in_recovery() THEN
+    RAISE EXCEPTION '%: the micromegas catalog is read-only on a standby', operation
+      USING ERRCODE = 'read_only_sql_transaction',
+            DETAIL = 'This server is a hot standby (in recovery): definitions, partitions, jobs, deny rules and grants change only on the primary.',
+            HINT = 'Run it on the primary; every reader function works here.';
+  END IF;
+  RETURN true;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
+  'Refuses a write on a hot standby (25006, naming the operation); every writing function calls it first';
+
+CREATE FUNCTION micromegas._mm_raise_broken_dependent(source text, dependent text, problem text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RAISE EXCEPTION 'cannot change materialized view "%" because materialized view "%" depends on it', source, dependent
+    USING ERRCODE = 'dependent_objects_still_exist',
+          DETAIL = format('materialized view "%s" would no longer be valid: %s', dependent, problem),
+          HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dependent);
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_name_taken(name text, or_replace boolean, creating boolean) RETURNS boolean
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name) THEN
+    RAISE EXCEPTION 'view set "%" already exists as a built-in view set', name
+      USING ERRCODE = 'duplicate_object',
+            DETAIL = 'Built-in view sets (registered by the services) and materialized views share one namespace.',
+            HINT = 'Choose another name for the materialized view.';
+  END IF;
+  IF creating AND EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object',
+              HINT = 'Use CREATE OR REPLACE MATERIALIZED VIEW to replace it.';
+    END IF;
+    RETURN true;
+  END IF;
+  RETURN false;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked_schema text;
+  problem text;
+BEGIN
+  -- Every write below is the extension's own re-check (src/pg/trust.rs).
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    BEGIN
+      SELECT p.schema_ipc INTO checked_schema
+        FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
+               dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      IF strict THEN
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+      END IF;
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
+       WHERE d.view_set_name = dep.view_set_name;
+      WITH RECURSIVE downstream(name) AS (
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+        UNION
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream w WHERE x.reads @> ARRAY[w.name]
+      )
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
+       WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
+      CONTINUE;
+    END;
+    IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
+      -- A full rewrite stores the new schema, clears a failed mark,
+      -- notifies, and re-checks its own dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = d.definition_sql
+       WHERE d.view_set_name = dep.view_set_name;
+    END IF;
+  END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  intent text := micromegas._mm_intent(NEW.view_set_name);
+  keep_given boolean;
+  statement_sql text := NEW.definition_sql;
+  p record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_lock_catalog();
+    NEW.shipped := micromegas._mm_installing();
+    keep_given := micromegas._mm_loading(NEW.created_at);
+    IF NOT NEW.shipped AND keep_given AND EXISTS (
+         SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+          WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- A superuser loading a dumped row over one still exactly as shipped
+      -- (a restore: CREATE EXTENSION, then the dumped rows) updates it,
+      -- validated like any other, keeping the dumped timestamps and actor.
+      PERFORM micromegas._mm_intent_begin('load', NEW.view_set_name);
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
+             load_status = coalesce(NEW.load_status, 'ok')
+       WHERE d.view_set_name = NEW.view_set_name;
+      PERFORM micromegas._mm_intent_end('load');
+      RETURN NULL;
+    END IF;
+  ELSE
+    PERFORM micromegas._mm_next_version();
+    keep_given := coalesce(intent IN ('recheck', 'load'), false);
+    -- Rows stay "as shipped" only through the extension's own scripts.
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
+    IF intent IS NOT DISTINCT FROM 'recheck' AND NEW.load_status = 'failed'
+       AND OLD.load_status IS DISTINCT FROM 'failed'
+       AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+            NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS NOT DISTINCT FROM
+           (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+            OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+      -- A re-check marks a definition whose source changed as failed to load
+      -- (its UPDATE sets only load_status and load_error).
+      RETURN NEW;
+    END IF;
+    IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+      RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Create the view under the new name, then drop the old one.';
+    END IF;
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
+  END IF;
+
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(
+    NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+    NEW.update_group, NEW.view_options,
+    -- A dumped row that had failed to load is validated again: it loads if
+    -- it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    keep_given AND NEW.load_status = 'failed');
+
+  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, TG_OP = 'INSERT') THEN
+    -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+    -- trigger asks the same question again and gets the answer just
+    -- computed, from the backend's memory; it re-checks the dependents.
+    -- The history records it as a replace (the intent), not as a re-check.
+    PERFORM micromegas._mm_intent_begin('replace', p.view_set_name);
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+           count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+           update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
+     WHERE d.view_set_name = p.view_set_name;
+    PERFORM micromegas._mm_intent_end('replace');
+    -- mm_create_view reports the replace (a skipped INSERT returns no row).
+    PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_next_version();
+  END IF;
+
+  NEW.view_set_name := p.view_set_name;
+  NEW.definition_sql := p.definition_sql;
+  NEW.extract_query := p.extract_query;
+  NEW.count_src_query := p.count_src_query;
+  NEW.merge_partitions_query := p.merge_partitions_query;
+  NEW.update_group := p.update_group;
+  NEW.view_options := p.view_options;
+  NEW.schema_ipc := p.schema_ipc;
+  NEW.schema_json := p.schema_json;
+  NEW.schema_hash := p.schema_hash;
+  NEW.reads := p.reads;
+  NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
+  NEW.load_error := p.load_error;
+  -- The Postgres role that made the change: no setting can change it.
+  NEW.updated_by_role := session_user;
+  IF keep_given THEN
+    -- A dumped row keeps its timestamps and actor; a re-validation by the
+    -- extension changes no definition, so it keeps them too.
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
+  ELSE
+    NEW.updated_at := clock_timestamp();
+    NEW.updated_by := micromegas._mm_actor();
+    NEW.created_at := CASE WHEN TG_OP = 'INSERT' THEN NEW.updated_at ELSE OLD.created_at END;
+  END IF;
+  RETURN NEW;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
+RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
+               dependents text[], materialization_position bigint, problems text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  target text;
+  outcome text;
+  row_schema text;
+  row_hash bytea;
+  row_reads text[];
+  row_dependents text[];
+  row_position bigint;
+  dry record;
+  problem text;
+  problem_detail text;
+  problem_state text;
+BEGIN
+  BEGIN
+    IF read_only THEN
+      SELECT * INTO STRICT dry FROM micromegas._mm_dry_run_read_only(statement);
+      target := dry.view_set_name;
+      outcome := dry.outcome;
+      row_schema := micromegas._mm_format_schema(dry.schema_ipc);
+      row_hash := dry.schema_hash;
+      row_reads := dry.reads;
+      -- The order after the write: the view's new group among the others.
+      SELECT count(*) + 1 INTO row_position
+        FROM micromegas.mm_materialization_order() o
+       WHERE o.view_set_name <> target AND (o.update_group, o.view_set_name) < (dry.update_group, target);
+    ELSE
+      SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
+      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
+        INTO row_schema, row_hash, row_reads
+        FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+      SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
+    END IF;
+    RAISE EXCEPTION 'dry run' USING ERRCODE = 'MMDRY';
+  EXCEPTION
+    WHEN SQLSTATE 'MMDRY' THEN
+      NULL;
+    WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, problem_detail = PG_EXCEPTION_DETAIL,
+                              problem_state = RETURNED_SQLSTATE;
+      BEGIN
+        SELECT t.view_set_name INTO target FROM micromegas._mm_statement_target(statement) t;
+      EXCEPTION WHEN OTHERS THEN
+        target := NULL;
+      END;
+      outcome := 'refused';
+      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL;
+      problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
+  END;
+  SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
+    FROM micromegas.lakehouse_view_set_definitions d
+   WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
+  RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
+                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_dry_run_read_only(statement text,
+  OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
+  OUT update_group integer)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  p record;
+  old micromegas.lakehouse_view_set_definitions;
+  names text[];
+  schemas text[];
+  groups integer[];
+BEGIN
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
+  view_set_name := p.view_set_name;
+  schema_ipc := p.schema_ipc;
+  schema_hash := p.schema_hash;
+  reads := p.reads;
+  update_group := p.update_group;
+  outcome := 'created';
+  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, true) THEN
+    outcome := 'replaced';
+    SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
+    -- A failed view validating again re-checks its dependents leniently
+    -- (nothing refused); a moved schema or group re-checks them strictly.
+    IF old.load_status = 'ok' AND (old.schema_ipc IS DISTINCT FROM p.schema_ipc
+                                   OR old.update_group IS DISTINCT FROM p.update_group) THEN
+      names := ARRAY[p.view_set_name];
+      schemas := ARRAY[p.schema_ipc];
+      groups := ARRAY[p.update_group];
+      SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
+        FROM micromegas._mm_recheck_read_only(p.view_set_name, names, schemas, groups) r;
+    END IF;
+  END IF;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_recheck_read_only(source text,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[])
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked text;
+  problem text;
+BEGIN
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    BEGIN
+      checked := micromegas._mm_check_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+                   dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups);
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+    END;
+    IF checked IS DISTINCT FROM dep.schema_ipc AND NOT dep.view_set_name = ANY (names) THEN
+      names := names || dep.view_set_name;
+      schemas := schemas || checked;
+      groups := groups || dep.update_group;
+      IF dep.load_status = 'ok' THEN
+        SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
+          FROM micromegas._mm_recheck_read_only(dep.view_set_name, names, schemas, groups) r;
+      END IF;
+    END IF;
+  END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
+RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
+               dependents text[], materialization_position bigint, problems text[])
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM micromegas._mm_explain_view(statement, pg_catalog.pg_is_in_recovery())
+$$;
+
+COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
+  'Dry run of mm_create_view: every check, nothing written; on a hot standby the same answer, asked without writing';
+COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
+  'mm_explain_view, by a rolled-back write or (read_only) by _mm_dry_run_read_only';
+COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
+  'What mm_create_view(statement) would store, or the error it would raise, without writing';
+COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, text[], text[], integer[]) IS
+  'The strict re-check of the dependents of source, without writing, against the schemas given';
+
+-- Every writing function, now calling _mm_require_writable first.
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
+  target text;
+  outcome text;
+BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
+  RETURNING d.view_set_name INTO target;
+  outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
+  target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid
+                 FROM micromegas.catalog_state s;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
+  name text,
+  extract_query text,
+  count_src_query text,
+  merge_partitions_query text,
+  update_group integer,
+  time_column text DEFAULT NULL,
+  min_time_column text DEFAULT NULL,
+  max_time_column text DEFAULT NULL,
+  source_partition_delta text DEFAULT NULL,
+  merge_partition_delta text DEFAULT NULL,
+  merge_sort_order text DEFAULT NULL,
+  with_no_data boolean DEFAULT NULL,
+  auto_refresh boolean DEFAULT NULL,
+  or_replace boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
+  options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
+    'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
+    'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
+  outcome text := 'created';
+BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  PERFORM micromegas._mm_lock_catalog();
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object', HINT = 'Pass or_replace => true to replace it.';
+    END IF;
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NULL, extract_query = mm_create_view.extract_query,
+           count_src_query = mm_create_view.count_src_query,
+           merge_partitions_query = mm_create_view.merge_partitions_query,
+           update_group = mm_create_view.update_group, view_options = options
+     WHERE d.view_set_name = name;
+    outcome := 'replaced';
+  ELSE
+    INSERT INTO micromegas.lakehouse_view_set_definitions AS d
+           (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
+    VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
+  END IF;
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_drop_view');
+BEGIN
+  PERFORM micromegas._mm_check_name(name::text, 'reference');
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(name::text, if_exists);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_drop_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_drop_view');
+  t record;
+BEGIN
+  SELECT * INTO t FROM micromegas._mm_statement_target(statement);
+  IF t.kind <> 'drop' THEN
+    RAISE EXCEPTION 'mm_drop_view expects DROP MATERIALIZED VIEW, not CREATE'
+      USING ERRCODE = 'syntax_error', HINT = 'Use micromegas.mm_create_view() to create a view.';
+  END IF;
+  RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_restore_view(name text, version bigint)
+RETURNS SETOF micromegas.view_change
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_restore_view');
+  h micromegas.lakehouse_view_set_definition_history;
+  outcome text := 'restored';
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
+  PERFORM micromegas._mm_intent_begin('restore', h.view_set_name);
+  UPDATE micromegas.lakehouse_view_set_definitions d
+     SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
+         merge_partitions_query = h.merge_partitions_query, update_group = h.update_group,
+         view_options = h.view_options
+   WHERE d.view_set_name = h.view_set_name;
+  IF NOT FOUND THEN
+    INSERT INTO micromegas.lakehouse_view_set_definitions
+           (view_set_name, definition_sql, extract_query, count_src_query, merge_partitions_query, update_group,
+            view_options)
+    VALUES (h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query, h.merge_partitions_query,
+            h.update_group, h.view_options);
+    outcome := 'recreated';
+  END IF;
+  PERFORM micromegas._mm_intent_end('restore');
+  RETURN QUERY SELECT h.view_set_name, outcome, micromegas.mm_catalog_version(),
+                      micromegas._mm_incompatible_count(h.view_set_name);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_prune_view_history(older_than interval)
+RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_prune_view_history');
+  n bigint;
+BEGIN
+  IF older_than IS NULL OR older_than < interval '0' THEN
+    RAISE EXCEPTION 'mm_prune_view_history: older_than must be a non-negative interval, not %',
+        coalesce(older_than::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  DELETE FROM micromegas.lakehouse_view_set_definition_history h
+   WHERE h.changed_at < now() - older_than
+     AND h.version < (SELECT max(l.version) FROM micromegas.lakehouse_view_set_definition_history l
+                       WHERE l.view_set_name = h.view_set_name);
+  GET DIAGNOSTICS n = ROW_COUNT;
+  RETURN n;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_register_builtin_view_set(
+  name text,
+  schema text,
+  update_group integer,
+  kind text DEFAULT 'materialized',
+  has_view_maker boolean DEFAULT false,
+  global_instance_available boolean DEFAULT true)
+RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_register_builtin_view_set');
+BEGIN
+  -- The schema's forms (it reads JSON or IPC given as schema_ipc), the name
+  -- rules and the shared namespace are the table trigger's.
+  PERFORM micromegas._mm_lock_catalog();
+  INSERT INTO micromegas.builtin_view_sets AS b
+         (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
+  VALUES (name, update_group, kind, has_view_maker, global_instance_available,
+          schema, NULL)
+  ON CONFLICT ON CONSTRAINT builtin_view_sets_pkey DO UPDATE
+     SET update_group = EXCLUDED.update_group, kind = EXCLUDED.kind,
+         has_view_maker = EXCLUDED.has_view_maker,
+         global_instance_available = EXCLUDED.global_instance_available,
+         schema_ipc = EXCLUDED.schema_ipc, schema_json = EXCLUDED.schema_json;
+  RETURN QUERY SELECT b.view_set_name, b.schema_hash, micromegas.mm_catalog_version()
+                 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.retire_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partitions');
+  target text := format('%s/%s', $1, $2);
+  n bigint := 0;
+  bytes bigint := 0;
+  r record;
+BEGIN
+  PERFORM micromegas._mm_check_range('retire_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'retire_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  FOR r IN
+    WITH gone AS (
+      DELETE FROM micromegas.lakehouse_partitions p
+       WHERE p.view_set_name = $1 AND p.view_instance_id = $2
+         AND p.begin_insert_time >= begin_time AND p.end_insert_time <= end_time
+      RETURNING p.*)
+    SELECT * FROM gone g ORDER BY g.begin_insert_time, g.end_insert_time, g.file_schema_hash
+  LOOP
+    n := n + 1;
+    bytes := bytes + coalesce(r.file_size, 0);
+    RETURN QUERY SELECT clock_timestamp(), format('retired partition %s; %s',
+      micromegas._mm_partition_label(r.view_set_name, r.view_instance_id, r.begin_insert_time,
+                                     r.end_insert_time, r.file_schema_hash),
+      CASE WHEN r.file_path IS NULL THEN 'empty, no file'
+           ELSE format('file %s (%s bytes) queued for deletion', r.file_path, coalesce(r.file_size, 0)) END);
+  END LOOP;
+  RETURN QUERY SELECT clock_timestamp(), format('retired %s partition(s) of %s within [%s, %s]; %s bytes queued for deletion',
+    n, target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time), bytes);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.retire_partition_by_metadata(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz,
+  end_insert_time timestamptz, file_schema_hash bytea)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partition_by_metadata');
+  label text := micromegas._mm_partition_label($1, $2, $3, $4, $5);
+  n bigint;
+  paths text;
+BEGIN
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = $1 AND p.view_instance_id = $2 AND p.begin_insert_time = $3
+       AND p.end_insert_time = $4 AND p.file_schema_hash = $5
+    RETURNING p.file_path)
+  SELECT count(*), string_agg(coalesce(g.file_path, 'NULL'), ', ' ORDER BY g.file_path) INTO n, paths FROM gone g;
+  IF n = 0 THEN
+    RAISE EXCEPTION 'Partition not found: %', label
+      USING ERRCODE = 'no_data_found', HINT = 'list_partitions() shows the partitions and their schema hashes.';
+  ELSIF n > 1 THEN
+    RAISE EXCEPTION 'Ambiguous match: % rows for %, file_paths=[%]; use retire_partition_by_file when file_paths are distinct and non-NULL',
+        n, label, paths
+      USING ERRCODE = 'too_many_rows', DETAIL = 'Nothing was retired.';
+  END IF;
+  RETURN 'SUCCESS: Retired partition ' || label;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.retire_partition_by_file(file_path text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partition_by_file');
+  n bigint;
+BEGIN
+  WITH gone AS (DELETE FROM micromegas.lakehouse_partitions p WHERE p.file_path = $1 RETURNING 1)
+  SELECT count(*) INTO n FROM gone;
+  IF n = 0 THEN
+    RAISE EXCEPTION 'Partition not found: %', coalesce($1, 'NULL')
+      USING ERRCODE = 'no_data_found',
+            HINT = CASE WHEN $1 IS NULL THEN 'An empty partition has no file: use retire_partition_by_metadata.'
+                        ELSE 'list_partitions() shows the partitions and their files.' END;
+  ELSIF n > 1 THEN
+    RAISE EXCEPTION 'Ambiguous match: % rows for file %', n, $1
+      USING ERRCODE = 'too_many_rows', DETAIL = 'Nothing was retired.',
+            HINT = 'Retire each with retire_partition_by_metadata.';
+  END IF;
+  RETURN 'SUCCESS: Retired partition ' || $1;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.retire_incompatible_partitions(view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.partition_retirement
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_incompatible_partitions');
+BEGIN
+  RETURN QUERY
+    WITH candidates AS (
+      SELECT p.ctid AS tid, p.view_set_name::text AS vs, p.view_instance_id::text AS inst,
+             micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                            p.end_insert_time, p.file_schema_hash) AS label,
+             p.begin_insert_time, p.file_schema_hash
+        FROM micromegas.lakehouse_partitions p
+        JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+       WHERE p.file_schema_hash <> v.schema_hash AND ($1 IS NULL OR p.view_set_name = $1)
+    ), locked AS (
+      SELECT p.ctid AS tid FROM micromegas.lakehouse_partitions p
+       WHERE p.ctid = ANY (ARRAY(SELECT c.tid FROM candidates c))
+         FOR UPDATE SKIP LOCKED
+    ), gone AS (
+      DELETE FROM micromegas.lakehouse_partitions p USING locked l
+       WHERE p.ctid = l.tid
+      RETURNING l.tid, coalesce(p.file_size, 0) AS file_size
+    )
+    SELECT c.vs, c.inst,
+           count(g.tid), count(*) - count(g.tid), coalesce(sum(g.file_size), 0)::bigint,
+           array_agg(CASE WHEN g.tid IS NOT NULL THEN 'SUCCESS: Retired partition ' || c.label
+                          ELSE 'ERROR: Partition ' || c.label || ' is being changed by another transaction; not retired' END
+                     ORDER BY c.begin_insert_time, c.file_schema_hash)
+      FROM candidates c LEFT JOIN gone g ON g.tid = c.tid
+     GROUP BY c.vs, c.inst
+     ORDER BY c.vs, c.inst;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_write_partition(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz, end_insert_time timestamptz,
+  min_event_time timestamptz, max_event_time timestamptz, file_path text, file_size bigint,
+  file_schema_hash bytea, source_data_hash bytea, num_rows bigint,
+  partition_format_version integer DEFAULT 1, sort_order text[] DEFAULT NULL,
+  max_sort_key_time timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_write_partition');
+  p micromegas.lakehouse_partitions;
+BEGIN
+  p := ROW($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM micromegas._mm_raise_overlap(p);
+    -- The other writer's partition is gone again: nothing to name.
+    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
+        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                       p.end_insert_time, p.file_schema_hash)
+      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
+  END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_replace_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz,
+  partitions micromegas.lakehouse_partitions[])
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_replace_partitions');
+  q micromegas.lakehouse_partitions;
+  o micromegas.lakehouse_partitions;
+  n bigint;
+BEGIN
+  PERFORM micromegas._mm_check_range('mm_replace_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
+    IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash), $1, $2
+        USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (q.begin_insert_time >= begin_time AND q.end_insert_time <= end_time) THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not within [%, %]',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash),
+          micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'A swap writes only inside the range it retires.';
+    END IF;
+  END LOOP;
+  RETURN QUERY SELECT * FROM micromegas.retire_partitions($1, $2, begin_time, end_time);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions
+    SELECT x.view_set_name, x.view_instance_id, x.begin_insert_time, x.end_insert_time, x.min_event_time,
+           x.max_event_time, now(), x.file_path, x.file_size, x.file_schema_hash, x.source_data_hash,
+           x.num_rows, coalesce(x.partition_format_version, 1), x.sort_order, x.max_sort_key_time
+      FROM unnest(partitions) x;
+    GET DIAGNOSTICS n = ROW_COUNT;
+  EXCEPTION WHEN exclusion_violation THEN
+    -- Which new partition: one overlapping another new one, or one
+    -- overlapping a partition this swap did not retire.
+    FOR i IN 1 .. coalesce(array_length(partitions, 1), 0) LOOP
+      q := partitions[i];
+      FOR j IN i + 1 .. array_length(partitions, 1) LOOP
+        o := partitions[j];
+        IF o.file_schema_hash = q.file_schema_hash
+           AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time) THEN
+          RAISE EXCEPTION 'mm_replace_partitions: new partitions % and % overlap',
+              micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                             q.end_insert_time, q.file_schema_hash),
+              micromegas._mm_partition_label(o.view_set_name, o.view_instance_id, o.begin_insert_time,
+                                             o.end_insert_time, o.file_schema_hash)
+            USING ERRCODE = 'exclusion_violation', DETAIL = 'Nothing was retired or written.';
+        END IF;
+      END LOOP;
+    END LOOP;
+    FOREACH q IN ARRAY partitions LOOP
+      PERFORM micromegas._mm_raise_overlap(q);
+    END LOOP;
+    RAISE;
+  END;
+  RETURN QUERY SELECT clock_timestamp(), format('wrote %s partition(s) of %s/%s within [%s, %s]', n, $1, $2,
+    micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
+RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
+  rows tid[];
+  b integer;
+BEGIN
+  IF max_files IS NULL OR max_files < 1 THEN
+    RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- Wait for the writers in flight on the candidates' buckets (taking each
+  -- lock and letting it go at once: holding them while the daemon deletes
+  -- the objects would stall every writer), so that a partition written
+  -- with one of these files is committed before the check below. Before
+  -- any queue row is locked: a writer holds its bucket and then waits for
+  -- the queue row of its file, so the other order could deadlock.
+  FOREACH b IN ARRAY ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(c.file_path)
+                             FROM (SELECT y.file_path FROM micromegas.temporary_files y WHERE y.expiration <= now()
+                                    ORDER BY y.expiration LIMIT max_files) c
+                            ORDER BY 1) LOOP
+    PERFORM pg_catalog.pg_advisory_lock(1835890278, b);
+    PERFORM pg_catalog.pg_advisory_unlock(1835890278, b);
+  END LOOP;
+  SELECT array_agg(x.ctid) INTO rows
+    FROM (SELECT y.ctid FROM micromegas.temporary_files y
+           WHERE y.expiration <= now()
+           ORDER BY y.expiration
+           LIMIT max_files
+             FOR UPDATE SKIP LOCKED) x;
+  RETURN QUERY
+    WITH claimed AS (
+      DELETE FROM micromegas.temporary_files t
+       WHERE t.ctid = ANY (rows)
+      RETURNING t.file_path, t.file_size, t.expiration)
+    SELECT DISTINCT ON (c.file_path) c.file_path::text, c.file_size, c.expiration
+      FROM claimed c
+     WHERE NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
+     ORDER BY c.file_path, c.expiration;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_refresh_view(
+  name text, begin_time timestamptz DEFAULT NULL, end_time timestamptz DEFAULT NULL, params jsonb DEFAULT '{}')
+RETURNS uuid
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT micromegas._mm_require_writable('mm_refresh_view');
+  SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.regenerate_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('regenerate_partitions');
+  bucket record;
+  r record;
+BEGIN
+  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
+    RAISE EXCEPTION 'regenerate_partitions: partition_delta_seconds must be a positive number of seconds, not %',
+        coalesce(partition_delta_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($1, $2, $3, make_interval(secs => partition_delta_seconds)) LOOP
+    SELECT * INTO r FROM micromegas._mm_request_job('regenerate', $1, bucket.bucket_begin, bucket.bucket_end,
+                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
+    RETURN QUERY SELECT clock_timestamp(), format('%s regeneration of %s [%s, %s): job %s',
+      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END, $1,
+      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
+  END LOOP;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_cancel_job(job_id uuid) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_cancel_job');
+  j micromegas.jobs;
+BEGIN
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state = 'queued' THEN
+    UPDATE micromegas.jobs x SET state = 'cancelled', finished_at = clock_timestamp(), cancel_requested = true
+     WHERE x.job_id = $1;
+    RETURN 'cancelled';
+  ELSIF j.state = 'running' THEN
+    UPDATE micromegas.jobs x SET cancel_requested = true WHERE x.job_id = $1;
+    RETURN 'cancel_requested';
+  END IF;
+  RAISE EXCEPTION 'job % is already %', $1, j.state
+    USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+  SELECT micromegas._mm_require_writable('mm_claim_job');
+  SELECT * FROM micromegas.mm_claim_jobs($1, 1, $2)
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_claim_jobs');
+BEGIN
+  IF coalesce(btrim(worker), '') = '' THEN
+    RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 1000 THEN
+    RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  PERFORM micromegas._mm_expire_leases();
+  RETURN QUERY
+    WITH picked AS (
+      SELECT x.job_id, gen_random_uuid() AS token FROM micromegas.jobs x
+       WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+       ORDER BY x.created_at LIMIT max_jobs
+         FOR UPDATE SKIP LOCKED)
+    UPDATE micromegas.jobs j
+       SET state = 'running', worker = mm_claim_jobs.worker, started_at = clock_timestamp(),
+           lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           lease_token_hash = micromegas._mm_lease_hash(p.token),
+           attempts = j.attempts + 1
+      FROM picked p
+     WHERE j.job_id = p.job_id
+    RETURNING j.job_id, j.kind, j.view_set_name, j.begin_time, j.end_time, j.params, j.attempts, j.worker,
+              j.lease_expires_at, p.token;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_heartbeat_job');
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+BEGIN
+  UPDATE micromegas.jobs x
+     SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
+   WHERE x.job_id = $1;
+  RETURN CASE WHEN j.cancel_requested THEN 'cancel_requested' ELSE 'running' END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_finish_job(
+  job_id uuid, lease_token uuid, ok boolean, phase text DEFAULT NULL, message text DEFAULT NULL,
+  retryable boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_finish_job');
+  j micromegas.jobs := micromegas._mm_held_job($1, $2);
+  next_state text;
+BEGIN
+  IF ok IS NULL THEN
+    RAISE EXCEPTION 'mm_finish_job: ok must be true or false' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  next_state := CASE WHEN j.cancel_requested THEN 'cancelled'
+                     WHEN ok THEN 'done'
+                     WHEN retryable AND j.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
+                     ELSE 'failed' END;
+  UPDATE micromegas.jobs x
+     SET state = next_state, lease_expires_at = NULL, lease_token_hash = NULL,
+         finished_at = CASE WHEN next_state = 'queued' THEN NULL ELSE clock_timestamp() END,
+         failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
+         failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
+         failure_retryable = CASE WHEN ok THEN NULL ELSE coalesce($6, false) END
+   WHERE x.job_id = $1;
+  RETURN next_state;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_record_query_denial_hits(rule_ids uuid[], at timestamptz) RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_record_query_denial_hits');
+  touched integer;
+  hit timestamptz := least(coalesce(at, now()), now());
+BEGIN
+  INSERT INTO micromegas.query_deny_hits AS h (rule_id, last_hit_at)
+  SELECT DISTINCT q.rule_id, hit FROM micromegas.query_deny_list q WHERE q.rule_id = ANY (rule_ids)
+  ON CONFLICT (rule_id) DO UPDATE SET last_hit_at = greatest(h.last_hit_at, EXCLUDED.last_hit_at);
+  GET DIAGNOSTICS touched = ROW_COUNT;
+  RETURN touched;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.deny_queries(match_expr text, reason text)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('deny_queries');
+  id uuid;
+BEGIN
+  INSERT INTO micromegas.query_deny_list AS q (match_expr, reason)
+  VALUES (match_expr, reason) RETURNING q.rule_id INTO id;
+  RETURN QUERY SELECT clock_timestamp(), id::text;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('remove_query_denial');
+  id uuid;
+BEGIN
+  BEGIN
+    id := rule_id::uuid;
+  EXCEPTION WHEN invalid_text_representation THEN
+    RETURN format('ERROR: ''%s'' is not a valid rule id', rule_id);
+  END;
+  DELETE FROM micromegas.query_deny_list q WHERE q.rule_id = id;
+  IF FOUND THEN
+    RETURN format('SUCCESS: removed rule %s', id);
+  END IF;
+  RETURN format('ERROR: no such rule: %s', id);
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_grant_audience(audience text, axis text, selector text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_grant_audience');
+  problem text := micromegas._mm_audience_problem(audience, axis, selector);
+BEGIN
+  -- The trigger applies the same rule, but a value longer than its column
+  -- fails the cast to varchar before any trigger runs: checked here first,
+  -- so the caller gets the rule's message.
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  INSERT INTO micromegas.audience_grants AS g (audience, axis, selector)
+  VALUES (audience, axis, selector)
+  ON CONFLICT ON CONSTRAINT audience_grants_pkey DO NOTHING;
+  RETURN CASE WHEN FOUND THEN 'granted' ELSE 'already_granted' END;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas.mm_revoke_audience(audience text, axis text, selector text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_revoke_audience');
+  problem text := micromegas._mm_audience_problem(audience, axis, selector);
+BEGIN
+  -- No row may be written, so no trigger may check: an invalid triple is
+  -- an error here, not a quiet not_found.
+  IF problem IS NOT NULL THEN
+    RAISE EXCEPTION '%', problem USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  DELETE FROM micromegas.audience_grants g
+   WHERE g.audience = audience AND g.axis = axis AND g.selector = selector;
+  RETURN CASE WHEN FOUND THEN 'revoked' ELSE 'not_found' END;
+END
+$$;
+
+-- The new functions are internal: revoked from every role like the others.
+SELECT micromegas._mm_apply_privileges();
