@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL cluster for the demo and the SQL suites, of the
-# version MMV_PG names (15, the default, or 18).
+# version MMV_PG names (15, the default, 16, 17 or 18).
 #   cluster.sh install   build and install the extension into $PG_CONFIG's dirs
 #   cluster.sh start     initdb (fresh) and start on $MMV_PORT, socket in $MMV_RUN
 #   cluster.sh stop      stop it
@@ -28,5 +28,5 @@ case "${1:-}" in
   stop)
     [ -d "$data" ] && as_postgres "$PG_BIN/pg_ctl" -D "$data" -m fast stop >/dev/null 2>&1 || true ;;
   *)
-    echo "usage: [MMV_PG=15|18] $0 install|start|stop" >&2; exit 2 ;;
+    echo "usage: [MMV_PG=15|16|17|18] $0 install|start|stop" >&2; exit 2 ;;
 esac

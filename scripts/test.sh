@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Runs every test: the core's unit tests once, then against PostgreSQL 15 and
-# PostgreSQL 18 each: the #[pg_test] suite, the pg_regress suite, the
+# Runs every test: the core's unit tests once, then against PostgreSQL 15, 16,
+# 17 and 18 each: the #[pg_test] suite, the pg_regress suite, the
 # isolation specs, the client's, the CLI's and the REST endpoint's integration
 # tests, the example job worker, a short
 # randomized DDL stress run, a pg_dump/pg_restore round trip, the extension
-# upgrade test, a check that no backend died, and a SIGKILL crash test. One
-# summary line per version. This is the README's test command and what
-# .ci/run calls. MMV_TEST_PG="15" (or "18") limits it to one version.
+# upgrade test, a check that no backend died, a SIGKILL crash test, and a
+# hot standby (readers, refused writes, the client, a promotion); then a
+# pg_upgrade of a populated catalog (16 -> 18). One summary line per version
+# and one for pg_upgrade. This is the README's test command and what .ci/run
+# calls. MMV_TEST_PG="15 18" (any of 15 16 17 18) limits the versions.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -75,6 +77,8 @@ suites() {
   fi
   echo "== [PostgreSQL $MMV_PG] crash safety (SIGKILL mid-DDL)"
   "$here/crash_test.sh" || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] a hot standby and its promotion (scripts/standby_test.sh)"
+  "$here/standby_test.sh" || failed=$((failed + 1))
   if [ $failed -ne 0 ]; then
     for d in "$out"/regress "$out"/isolation; do
       [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
@@ -85,7 +89,7 @@ suites() {
   echo "$failed" >"$MMV_STATE/failed-pg$MMV_PG"
 }
 
-versions="${MMV_TEST_PG:-15 18}"
+versions="${MMV_TEST_PG:-15 16 17 18}"
 for v in $versions; do
   # A run of the suites that aborts (a command outside a counted suite
   # failed) leaves this, so the version is reported as failed below.
@@ -95,11 +99,21 @@ for v in $versions; do
   fi
 done
 
-# Thirteen suites per version: the unit tests, then the twelve above.
+# pg_upgrade between two of the versions just built and installed (15's
+# Debian build cannot be the old side: see "pg_upgrade" in the README).
+upgrade=skipped
+if [[ " $versions " == *" 16 "* && " $versions " == *" 18 "* ]]; then
+  echo "== pg_upgrade of a populated catalog, PostgreSQL 16 -> 18 (scripts/pg_upgrade_test.sh)"
+  if "$here/pg_upgrade_test.sh" 16 18; then upgrade=passed; else upgrade=failed; fi
+fi
+
+# Fourteen suites per version: the unit tests, then the thirteen above.
 status=0
 for v in $versions; do
   failed=$(( $(cat "$MMV_STATE/failed-pg$v") + unit ))
-  echo "PostgreSQL $v: suites: $((13 - failed)) passed, $failed failed"
+  echo "PostgreSQL $v: suites: $((14 - failed)) passed, $failed failed"
   [ $failed -eq 0 ] || status=1
 done
+echo "pg_upgrade 16 -> 18: $upgrade"
+[ "$upgrade" != failed ] || status=1
 exit $status

@@ -4,8 +4,9 @@
 --   standby"), before any of its statements runs;
 -- * mm_explain_view answers on a standby what the primary answers: there it
 --   asks the write path's questions without writing (_mm_dry_run_read_only);
---   the name checks and the broken-dependent error are one function each,
---   shared by the write path and the dry run.
+--   the name checks, the broken-dependent error and the incompatible-
+--   partition notice are one function each, shared by the write path and
+--   the dry run.
 
 --@rust _mm_check_definition_with
 
@@ -20,6 +21,10 @@ COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
 --@replace CREATE FUNCTION micromegas._mm_recheck_dependents(
 
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write()
+
+--@new CREATE FUNCTION micromegas._mm_report_incompatible(
+
+--@replace CREATE FUNCTION micromegas._mm_definitions_report_incompatible()
 
 --@new CREATE FUNCTION micromegas._mm_explain_view(
 

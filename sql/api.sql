@@ -380,6 +380,8 @@ BEGIN
         FROM micromegas._mm_recheck_read_only(p.view_set_name, names, schemas, groups) r;
     END IF;
   END IF;
+  -- The write's notice about the view's partitions (after its dependents').
+  PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
 END
 $$;
 
@@ -412,6 +414,11 @@ BEGIN
         SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
           FROM micromegas._mm_recheck_read_only(dep.view_set_name, names, schemas, groups) r;
       END IF;
+      PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
+                (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
+    ELSIF dep.load_status <> 'ok' THEN
+      -- Rewritten by the write too (its failed mark cleared).
+      PERFORM micromegas._mm_report_incompatible(dep.view_set_name, dep.schema_hash);
     END IF;
   END LOOP;
 END

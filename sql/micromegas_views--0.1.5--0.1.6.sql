@@ -4,8 +4,9 @@
 --   standby"), before any of its statements runs;
 -- * mm_explain_view answers on a standby what the primary answers: there it
 --   asks the write path's questions without writing (_mm_dry_run_read_only);
---   the name checks and the broken-dependent error are one function each,
---   shared by the write path and the dry run.
+--   the name checks, the broken-dependent error and the incompatible-
+--   partition notice are one function each, shared by the write path and
+--   the dry run.
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -232,6 +233,29 @@ BEGIN
 END
 $$;
 
+CREATE FUNCTION micromegas._mm_report_incompatible(name text, schema_hash bytea) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+BEGIN
+  SELECT count(*) INTO n FROM micromegas.lakehouse_partitions p
+   WHERE p.view_set_name = name AND p.file_schema_hash <> schema_hash;
+  IF n > 0 THEN
+    RAISE NOTICE '% partition(s) of materialized view "%" do not match its schema', n, name
+      USING HINT = format('list_incompatible_partitions(%L) lists them; retire_incompatible_partitions(%L) retires them.',
+                          name, name);
+  END IF;
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_report_incompatible() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_report_incompatible(NEW.view_set_name, NEW.schema_hash);
+  RETURN NULL;
+END
+$$;
+
 CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[])
@@ -326,6 +350,8 @@ BEGIN
         FROM micromegas._mm_recheck_read_only(p.view_set_name, names, schemas, groups) r;
     END IF;
   END IF;
+  -- The write's notice about the view's partitions (after its dependents').
+  PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
 END
 $$;
 
@@ -354,6 +380,11 @@ BEGIN
         SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
           FROM micromegas._mm_recheck_read_only(dep.view_set_name, names, schemas, groups) r;
       END IF;
+      PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
+                (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
+    ELSIF dep.load_status <> 'ok' THEN
+      -- Rewritten by the write too (its failed mark cleared).
+      PERFORM micromegas._mm_report_incompatible(dep.view_set_name, dep.schema_hash);
     END IF;
   END LOOP;
 END

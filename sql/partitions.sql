@@ -680,15 +680,26 @@ CREATE TRIGGER definitions_retire_dropped
 -- many of its partitions no longer match.
 CREATE FUNCTION micromegas._mm_definitions_report_incompatible() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  n bigint := micromegas._mm_incompatible_count(NEW.view_set_name);
 BEGIN
-  IF n > 0 THEN
-    RAISE NOTICE '% partition(s) of materialized view "%" do not match its schema', n, NEW.view_set_name
-      USING HINT = format('list_incompatible_partitions(%L) lists them; retire_incompatible_partitions(%L) retires them.',
-                          NEW.view_set_name, NEW.view_set_name);
-  END IF;
+  PERFORM micromegas._mm_report_incompatible(NEW.view_set_name, NEW.schema_hash);
   RETURN NULL;
+END
+$$;
+
+-- The notice of a definition written with `schema_hash` (or, in a read-only
+-- dry run, that would be) whose partitions were written under another.
+CREATE FUNCTION micromegas._mm_report_incompatible(name text, schema_hash bytea) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+BEGIN
+  SELECT count(*) INTO n FROM micromegas.lakehouse_partitions p
+   WHERE p.view_set_name = name AND p.file_schema_hash <> schema_hash;
+  IF n > 0 THEN
+    RAISE NOTICE '% partition(s) of materialized view "%" do not match its schema', n, name
+      USING HINT = format('list_incompatible_partitions(%L) lists them; retire_incompatible_partitions(%L) retires them.',
+                          name, name);
+  END IF;
 END
 $$;
 CREATE TRIGGER definitions_report_incompatible_insert

@@ -12,7 +12,7 @@
 //! another lease) is reported as [`Ran::LeaseLost`], whether a heartbeat or
 //! the finish found out, and the worker goes on with the next job.
 
-use crate::{connection_config, forward_notifications};
+use crate::{connection_config, forward_notifications, in_recovery};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
@@ -244,10 +244,25 @@ impl JobWorker {
         let (driver, mut notify_rx) = forward_notifications(connection, JOBS_CHANNEL);
         tokio::pin!(shutdown);
         let result = async {
+            // Jobs are claimed on the primary only: pointed at a hot standby,
+            // the worker says so once and waits, polling every
+            // poll_interval, until the server is promoted or shutdown.
+            let mut ticker = tokio::time::interval(self.config.poll_interval);
+            let mut warned = false;
+            while in_recovery(&client).await? {
+                if !warned {
+                    tracing::warn!(worker = %self.config.worker,
+                        "micromegas_views: connected to a hot standby (in recovery), where jobs cannot be claimed; waiting until it is promoted");
+                    warned = true;
+                }
+                tokio::select! {
+                    _ = &mut shutdown => return Ok(()),
+                    _ = ticker.tick() => {}
+                }
+            }
             client
                 .batch_execute(&format!("LISTEN {JOBS_CHANNEL}"))
                 .await?;
-            let mut ticker = tokio::time::interval(self.config.poll_interval);
             loop {
                 // Drain the queue, then wait for a newly queued job (or an
                 // unreadable payload), the poll, or the shutdown.

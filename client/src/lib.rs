@@ -324,7 +324,9 @@ pub struct Config {
     pub dsn: String,
     /// How often the version is polled even without a notification.
     pub poll_interval: Duration,
-    /// Whether to LISTEN at all (a physical standby never delivers NOTIFY).
+    /// Whether to LISTEN. On a hot standby (which refuses LISTEN and never
+    /// delivers NOTIFY) the watcher polls only, whatever this says, and
+    /// starts listening once the server is promoted.
     pub listen: bool,
     pub min_backoff: Duration,
     pub max_backoff: Duration,
@@ -527,11 +529,9 @@ async fn connected_session<S: Source>(
 ) -> Result<(), tokio_postgres::Error> {
     let (driver, mut notify_rx) = forward_notifications(connection, S::CHANNEL);
     let result = async {
-        if config.listen {
-            client
-                .batch_execute(&format!("LISTEN {}", S::CHANNEL))
-                .await?;
-        }
+        // A hot standby refuses LISTEN (and would never deliver NOTIFY):
+        // there the watcher polls, and LISTENs once the server is promoted.
+        let mut listening = config.listen && listen_unless_standby(&client, S::CHANNEL).await?;
         reload_if_newer::<S>(&client, sender).await?;
         let mut ticker = tokio::time::interval(config.poll_interval);
         ticker.tick().await;
@@ -552,6 +552,9 @@ async fn connected_session<S: Source>(
                     }
                 },
                 _ = ticker.tick() => {
+                    if config.listen && !listening {
+                        listening = listen_unless_standby(&client, S::CHANNEL).await?;
+                    }
                     reload_if_newer::<S>(&client, sender).await?;
                 }
                 _ = sender.closed() => return Ok(true),
@@ -569,6 +572,33 @@ async fn connected_session<S: Source>(
             .expect("closed connection")),
         Err(e) => Err(e),
     }
+}
+
+/// Whether the server is a hot standby (in recovery): the catalog is
+/// read-only there, LISTEN is refused and NOTIFY never arrives.
+pub async fn in_recovery(client: &Client) -> Result<bool, tokio_postgres::Error> {
+    Ok(client
+        .query_one("SELECT pg_catalog.pg_is_in_recovery()", &[])
+        .await?
+        .get(0))
+}
+
+/// LISTENs on `channel` unless the server is a hot standby; whether it
+/// listens.
+pub(crate) async fn listen_unless_standby(
+    client: &Client,
+    channel: &str,
+) -> Result<bool, tokio_postgres::Error> {
+    if in_recovery(client).await? {
+        tracing::info!(
+            channel,
+            "micromegas_views: connected to a hot standby; polling until it is promoted"
+        );
+        return Ok(false);
+    }
+    client.batch_execute(&format!("LISTEN {channel}")).await?;
+    tracing::debug!(channel, "micromegas_views: listening");
+    Ok(true)
 }
 
 /// Reloads when the database moved past the value's version. A failed
