@@ -47,16 +47,25 @@ regress setup "$PGHOST" "$PGPORT" standby_setup || status=1
 
 echo "standby: pg_basebackup -R of the cluster, started on port $standby_port"
 as_postgres "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby/data" -R -X stream -c fast
+# The connection string -R writes may carry options (e.g. sslcertmode) that
+# the libpq the walreceiver loads does not know (a relocatable build loads
+# the system's): the standby connects with the essentials only.
+echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=mmv_standby'" \
+  | as_postgres tee -a "$standby/data/postgresql.auto.conf" >/dev/null
 as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$standby/data" -w \
   -l "$standby/postgres.log" -o "-p $standby_port -k $standby_socket -c listen_addresses='' -c hot_standby=on" start >/dev/null
+# Streaming, and caught up with a write made after the clone.
+psql -X -q -d "$db" -c "SELECT pg_switch_wal()" >/dev/null
 primary_lsn=$(psql -X -At -d "$db" -c "SELECT pg_current_wal_lsn()")
-for _ in $(seq 1 100); do
+caught_up=f
+for _ in $(seq 1 200); do
   caught_up=$(psql -X -At -h "$standby_socket" -p "$standby_port" -d "$db" \
-    -c "SELECT pg_is_in_recovery() AND pg_last_wal_replay_lsn() >= '$primary_lsn'")
+    -c "SELECT pg_is_in_recovery() AND pg_last_wal_replay_lsn() >= '$primary_lsn'
+               AND EXISTS (SELECT 1 FROM pg_stat_wal_receiver WHERE status = 'streaming')")
   [ "$caught_up" = t ] && break
   sleep 0.1
 done
-[ "$caught_up" = t ] || { echo "standby: did not catch up with the primary"; exit 1; }
+[ "$caught_up" = t ] || { echo "standby: not streaming from the primary"; tail -5 "$standby/postgres.log"; exit 1; }
 
 echo "standby: the reader functions, on the primary then on the standby (one expected output)"
 regress primary "$PGHOST" "$PGPORT" standby_reads || status=1

@@ -6,7 +6,11 @@
 --   asks the write path's questions without writing (_mm_dry_run_read_only);
 --   the name checks, the broken-dependent error and the incompatible-
 --   partition notice are one function each, shared by the write path and
---   the dry run.
+--   the dry run (also used in a read-only transaction on a primary);
+-- * a re-check that gives a definition already failed to load its new
+--   reason keeps its stored schema (it used to store an empty one, whose
+--   move made its dependents refuse the change: a built-in's registration
+--   could be refused).
 
 --@rust _mm_check_definition_with
 
@@ -30,6 +34,8 @@ COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
 
 --@new CREATE FUNCTION micromegas._mm_dry_run_read_only(
 
+--@new CREATE FUNCTION micromegas._mm_dry_write(
+
 --@new CREATE FUNCTION micromegas._mm_recheck_read_only(
 
 --@replace CREATE FUNCTION micromegas.mm_explain_view(
@@ -40,8 +46,10 @@ COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view, by a rolled-back write or (read_only) by _mm_dry_run_read_only';
 COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
   'What mm_create_view(statement) would store, or the error it would raise, without writing';
-COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, text[], text[], integer[]) IS
-  'The strict re-check of the dependents of source, without writing, against the schemas given';
+COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS
+  'The re-check of the dependents of source (strict or lenient), without writing, over the rows a dry run has written';
+COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
+  'One row written by a read-only dry run, kept in its arrays';
 
 -- Every writing function, now calling _mm_require_writable first.
 --@replace CREATE FUNCTION micromegas.mm_create_view(statement text)

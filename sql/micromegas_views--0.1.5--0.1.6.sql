@@ -6,7 +6,11 @@
 --   asks the write path's questions without writing (_mm_dry_run_read_only);
 --   the name checks, the broken-dependent error and the incompatible-
 --   partition notice are one function each, shared by the write path and
---   the dry run.
+--   the dry run (also used in a read-only transaction on a primary);
+-- * a re-check that gives a definition already failed to load its new
+--   reason keeps its stored schema (it used to store an empty one, whose
+--   move made its dependents refuse the change: a built-in's registration
+--   could be refused).
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -17,7 +21,8 @@ CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_options" jsonb, /* Option < JsonB > */
 	"names" TEXT[], /* Vec < String > */
 	"schemas" TEXT[], /* Vec < String > */
-	"groups" INT[] /* Vec < i32 > */
+	"groups" INT[], /* Vec < i32 > */
+	"errors" TEXT[] /* Vec < Option < String > > */
 ) RETURNS TEXT /* String */
 STABLE 
 LANGUAGE c /* Rust */
@@ -103,10 +108,11 @@ BEGIN
       CONTINUE;
     END;
     IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
-      -- A full rewrite stores the new schema, clears a failed mark,
+      -- A full rewrite stores the new schema, clears a failed mark (it
+      -- says 'ok': a 'failed' from a re-check is a mark, below),
       -- notifies, and re-checks its own dependents.
       UPDATE micromegas.lakehouse_view_set_definitions d
-         SET definition_sql = d.definition_sql
+         SET definition_sql = d.definition_sql, load_status = 'ok'
        WHERE d.view_set_name = dep.view_set_name;
     END IF;
   END LOOP;
@@ -149,14 +155,16 @@ BEGIN
     -- Rows stay "as shipped" only through the extension's own scripts.
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
     IF intent IS NOT DISTINCT FROM 'recheck' AND NEW.load_status = 'failed'
-       AND OLD.load_status IS DISTINCT FROM 'failed'
        AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
             NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
            IS NOT DISTINCT FROM
            (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
             OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
       -- A re-check marks a definition whose source changed as failed to load
-      -- (its UPDATE sets only load_status and load_error).
+      -- (its UPDATE sets only load_status and load_error), or gives one
+      -- already failed its new reason; its stored schema stays (planning it
+      -- again would store an empty one, and the moved schema would make its
+      -- own dependents refuse a change a re-check must never refuse).
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -325,9 +333,7 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   p record;
   old micromegas.lakehouse_view_set_definitions;
-  names text[];
-  schemas text[];
-  groups integer[];
+  w record;
 BEGIN
   SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
   view_set_name := p.view_set_name;
@@ -339,52 +345,102 @@ BEGIN
   IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, true) THEN
     outcome := 'replaced';
     SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
-    -- A failed view validating again re-checks its dependents leniently
-    -- (nothing refused); a moved schema or group re-checks them strictly.
-    IF old.load_status = 'ok' AND (old.schema_ipc IS DISTINCT FROM p.schema_ipc
-                                   OR old.update_group IS DISTINCT FROM p.update_group) THEN
-      names := ARRAY[p.view_set_name];
-      schemas := ARRAY[p.schema_ipc];
-      groups := ARRAY[p.update_group];
-      SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
-        FROM micromegas._mm_recheck_read_only(p.view_set_name, names, schemas, groups) r;
+    -- _mm_definitions_after_update: a failed view that validates again
+    -- re-checks its dependents leniently, a moved schema or group strictly.
+    IF old.load_status = 'failed' OR old.schema_ipc IS DISTINCT FROM p.schema_ipc
+       OR old.update_group IS DISTINCT FROM p.update_group THEN
+      SELECT * INTO w FROM micromegas._mm_recheck_read_only(p.view_set_name, old.load_status <> 'failed',
+        ARRAY[p.view_set_name], ARRAY[p.schema_ipc], ARRAY[p.update_group], ARRAY[NULL::text]);
     END IF;
+    IF old.schema_hash IS DISTINCT FROM p.schema_hash THEN
+      PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
+    END IF;
+  ELSE
+    PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
   END IF;
-  -- The write's notice about the view's partitions (after its dependents').
-  PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
 END
 $$;
 
-CREATE FUNCTION micromegas._mm_recheck_read_only(source text,
-  INOUT names text[], INOUT schemas text[], INOUT groups integer[])
+CREATE FUNCTION micromegas._mm_dry_write(name text, schema_ipc text, update_group integer, load_error text,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  i integer := pg_catalog.array_position(names, name);
+BEGIN
+  IF i IS NULL THEN
+    names := names || name; schemas := schemas || schema_ipc;
+    groups := groups || update_group; errors := errors || load_error;
+  ELSE
+    schemas[i] := schema_ipc; groups[i] := update_group; errors[i] := load_error;
+  END IF;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_recheck_read_only(source text, strict boolean,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  dep micromegas.lakehouse_view_set_definitions;
+  dep record;
+  down record;
   checked text;
   problem text;
+  now_ok boolean;
+  w record;
 BEGIN
-  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+  -- The write path's loop reads the dependents once, as they are when it
+  -- starts.
+  FOR dep IN SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options,
+                    coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+                    CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                         ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
+               FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
     BEGIN
       checked := micromegas._mm_check_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
-                   dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups);
+                   dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors);
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
-      PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
-    END;
-    IF checked IS DISTINCT FROM dep.schema_ipc AND NOT dep.view_set_name = ANY (names) THEN
-      names := names || dep.view_set_name;
-      schemas := schemas || checked;
-      groups := groups || dep.update_group;
-      IF dep.load_status = 'ok' THEN
-        SELECT r.names, r.schemas, r.groups INTO names, schemas, groups
-          FROM micromegas._mm_recheck_read_only(dep.view_set_name, names, schemas, groups) r;
+      IF strict THEN
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
-      PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
-                (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
-    ELSIF dep.load_status <> 'ok' THEN
-      -- Rewritten by the write too (its failed mark cleared).
-      PERFORM micromegas._mm_report_incompatible(dep.view_set_name, dep.schema_hash);
+      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, dep.schema_ipc, dep.update_group,
+        format('no longer valid after "%s" changed: %s', source, problem), names, schemas, groups, errors);
+      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      FOR down IN WITH RECURSIVE downstream(name) AS (
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+                    UNION
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream s WHERE x.reads @> ARRAY[s.name])
+                  SELECT x.view_set_name,
+                         coalesce(schemas[pg_catalog.array_position(names, x.view_set_name)], x.schema_ipc) AS schema_ipc,
+                         x.update_group
+                    FROM micromegas.lakehouse_view_set_definitions x
+                   WHERE x.view_set_name IN (SELECT s.name FROM downstream s)
+                     AND CASE WHEN pg_catalog.array_position(names, x.view_set_name) IS NULL THEN x.load_status <> 'failed'
+                              ELSE errors[pg_catalog.array_position(names, x.view_set_name)] IS NULL END
+                   ORDER BY x.view_set_name LOOP
+        SELECT * INTO w FROM micromegas._mm_dry_write(down.view_set_name, down.schema_ipc, down.update_group,
+          format('reads a view set that failed to load (after "%s" changed)', source), names, schemas, groups, errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      END LOOP;
+      CONTINUE;
+    END;
+    IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
+      -- Rewritten: loads, with the schema just computed. Its own after-update
+      -- step looks at the row as it is now (this dry run may have marked it).
+      now_ok := CASE WHEN pg_catalog.array_position(names, dep.view_set_name) IS NULL THEN dep.was_ok
+                     ELSE errors[pg_catalog.array_position(names, dep.view_set_name)] IS NULL END;
+      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, checked, dep.update_group, NULL,
+        names, schemas, groups, errors);
+      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      IF NOT now_ok OR checked IS DISTINCT FROM dep.schema_ipc THEN
+        SELECT * INTO w FROM micromegas._mm_recheck_read_only(dep.view_set_name, now_ok, names, schemas, groups, errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      END IF;
+      IF checked IS DISTINCT FROM dep.schema_ipc THEN
+        PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
+                  (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
+      END IF;
     END IF;
   END LOOP;
 END
@@ -394,7 +450,8 @@ CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[])
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT * FROM micromegas._mm_explain_view(statement, pg_catalog.pg_is_in_recovery())
+  SELECT * FROM micromegas._mm_explain_view(statement,
+    pg_catalog.pg_is_in_recovery() OR pg_catalog.current_setting('transaction_read_only')::boolean)
 $$;
 
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
@@ -403,8 +460,10 @@ COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view, by a rolled-back write or (read_only) by _mm_dry_run_read_only';
 COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
   'What mm_create_view(statement) would store, or the error it would raise, without writing';
-COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, text[], text[], integer[]) IS
-  'The strict re-check of the dependents of source, without writing, against the schemas given';
+COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS
+  'The re-check of the dependents of source (strict or lenient), without writing, over the rows a dry run has written';
+COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
+  'One row written by a read-only dry run, kept in its arrays';
 
 -- Every writing function, now calling _mm_require_writable first.
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)

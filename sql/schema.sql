@@ -306,10 +306,11 @@ BEGIN
       CONTINUE;
     END;
     IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
-      -- A full rewrite stores the new schema, clears a failed mark,
+      -- A full rewrite stores the new schema, clears a failed mark (it
+      -- says 'ok': a 'failed' from a re-check is a mark, below),
       -- notifies, and re-checks its own dependents.
       UPDATE micromegas.lakehouse_view_set_definitions d
-         SET definition_sql = d.definition_sql
+         SET definition_sql = d.definition_sql, load_status = 'ok'
        WHERE d.view_set_name = dep.view_set_name;
     END IF;
   END LOOP;
@@ -384,14 +385,16 @@ BEGIN
     -- Rows stay "as shipped" only through the extension's own scripts.
     NEW.shipped := OLD.shipped AND micromegas._mm_installing();
     IF intent IS NOT DISTINCT FROM 'recheck' AND NEW.load_status = 'failed'
-       AND OLD.load_status IS DISTINCT FROM 'failed'
        AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
             NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
            IS NOT DISTINCT FROM
            (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
             OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
       -- A re-check marks a definition whose source changed as failed to load
-      -- (its UPDATE sets only load_status and load_error).
+      -- (its UPDATE sets only load_status and load_error), or gives one
+      -- already failed its new reason; its stored schema stays (planning it
+      -- again would store an empty one, and the moved schema would make its
+      -- own dependents refuse a change a re-check must never refuse).
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN

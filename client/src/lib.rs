@@ -532,6 +532,12 @@ async fn connected_session<S: Source>(
         // A hot standby refuses LISTEN (and would never deliver NOTIFY):
         // there the watcher polls, and LISTENs once the server is promoted.
         let mut listening = config.listen && listen_unless_standby(&client, S::CHANNEL).await?;
+        if config.listen && !listening {
+            tracing::info!(
+                source = S::NAME,
+                "micromegas_views: connected to a hot standby; polling until it is promoted"
+            );
+        }
         reload_if_newer::<S>(&client, sender).await?;
         let mut ticker = tokio::time::interval(config.poll_interval);
         ticker.tick().await;
@@ -590,10 +596,6 @@ pub(crate) async fn listen_unless_standby(
     channel: &str,
 ) -> Result<bool, tokio_postgres::Error> {
     if in_recovery(client).await? {
-        tracing::info!(
-            channel,
-            "micromegas_views: connected to a hot standby; polling until it is promoted"
-        );
         return Ok(false);
     }
     client.batch_execute(&format!("LISTEN {channel}")).await?;

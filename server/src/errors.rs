@@ -115,6 +115,9 @@ impl ApiError {
                 || *state == SqlState::DEPENDENT_OBJECTS_STILL_EXIST
             {
                 (StatusCode::CONFLICT, Code::InvalidTableState)
+            } else if *state == SqlState::READ_ONLY_SQL_TRANSACTION {
+                // A hot standby: the catalog is written on the primary only.
+                (StatusCode::SERVICE_UNAVAILABLE, Code::ServiceUnavailable)
             } else if *state == SqlState::QUERY_CANCELED
                 || *state == SqlState::ADMIN_SHUTDOWN
                 || *state == SqlState::CANNOT_CONNECT_NOW

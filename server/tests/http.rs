@@ -581,6 +581,27 @@ async fn every_route_over_http() {
         .await;
     assert_error(&got, 503, 17, "unreachable");
 
+    // A database that only reads (a hot standby, here a primary whose
+    // sessions are read-only): reads work, a write is 503 ServiceUnavailable
+    // with the database's message, never a 500.
+    let read_only = Api {
+        base: serve(
+            &format!("{} options='-c default_transaction_read_only=on'", dsn()),
+            Some(keys()),
+            1024 * 1024,
+        )
+        .await,
+        http: reqwest::Client::new(),
+    };
+    let (status, body, _) = read_only
+        .post(reader, "/v1/materialized_view/http_a/describe", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let got = read_only
+        .post(admin, "/v1/materialized_view/http_a/drop", json!({}))
+        .await;
+    assert_error(&got, 503, 17, "read-only transaction");
+
     psql(
         "DELETE FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'http\\_%';
          DELETE FROM micromegas.jobs WHERE view_set_name LIKE 'http\\_%';",

@@ -252,9 +252,10 @@ mod micromegas {
     }
 
     /// The schema (base64 Arrow IPC) a stored definition would have if the
-    /// view sets `names` had the schemas and groups given beside them, or
-    /// the error its validation raises: the read-only dry run's re-check of
-    /// a dependent (a hot standby cannot write the row to find out).
+    /// DDL view sets `names` had the schemas, groups and load errors (NULL:
+    /// it loads) given beside them, or the error its validation raises: the
+    /// read-only dry run's re-check of a dependent (a hot standby cannot
+    /// write the row to find out).
     #[pg_extern(stable, name = "_mm_check_definition_with")]
     #[allow(clippy::too_many_arguments)]
     fn check_definition_with(
@@ -267,20 +268,25 @@ mod micromegas {
         names: Vec<String>,
         schemas: Vec<String>,
         groups: Vec<i32>,
+        errors: Vec<Option<String>>,
     ) -> String {
-        if names.len() != schemas.len() || names.len() != groups.len() {
-            pgrx::error!("_mm_check_definition_with: names, schemas and groups differ in length");
+        let n = names.len();
+        if schemas.len() != n || groups.len() != n || errors.len() != n {
+            pgrx::error!(
+                "_mm_check_definition_with: names, schemas, groups and errors differ in length"
+            );
         }
         let overrides: Vec<CatalogRow> = names
             .into_iter()
             .zip(schemas)
             .zip(groups)
-            .map(|((name, schema_ipc), group)| CatalogRow {
+            .zip(errors)
+            .map(|(((name, schema_ipc), group), load_error)| CatalogRow {
                 name,
                 schema_ipc: Some(schema_ipc),
                 update_group: Some(group),
                 kind: SourceKind::Materialized,
-                load_error: None,
+                load_error,
             })
             .collect();
         let row = RowInput {

@@ -201,12 +201,15 @@ CREATE EXTENSION micromegas_views;
 RESET client_min_messages;
 CREATE ROLE mmv_trust_fresh_admin IN ROLE micromegas_admin;
 SET ROLE mmv_trust_fresh_admin;
+-- (the errors' CONTEXT names trigger lines: not shown)
+\set SHOW_CONTEXT never
 INSERT INTO micromegas.lakehouse_view_set_definitions (definition_sql)
   SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats';
 INSERT INTO micromegas.lakehouse_view_set_definitions
   (view_set_name, definition_sql, created_at, updated_at, updated_by, load_status)
   SELECT view_set_name, definition_sql, created_at, '2000-01-01', 'forged', 'failed'
     FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats';
+\set SHOW_CONTEXT errors
 RESET ROLE;
 SELECT load_status, load_error, shipped, updated_by IS DISTINCT FROM 'forged' AS not_forged,
        (SELECT count(*) FROM micromegas.lakehouse_view_set_definition_history) AS history_rows
