@@ -49,7 +49,7 @@ CREATE MATERIALIZED VIEW broken WITH (
   update_group = 3000, time_column = 'time_bin')\$\$);" && { echo "demo: the broken view was accepted"; exit 1; }
 run "SELECT view_set_name, update_group, reads, encode(schema_hash, 'hex') AS schema_hash FROM micromegas.lakehouse_view_set_definitions ORDER BY 1;"
 run "SELECT * FROM micromegas.mm_create_view(name => 'error_rate', or_replace => true,
-  extract_query => \$q\$SELECT date_bin('1 day', time) AS time_bin, process_id, sum(CASE WHEN level <= 2 THEN 1 ELSE 0 END) AS errors, count(*) AS total FROM log_entries GROUP BY 1, 2\$q\$,
+  extract_query => \$q\$SELECT date_bin('1 day', time) AS time_bin, process_id, sum(CASE WHEN level <= 2 THEN 1 ELSE 0 END) AS errors, count(*) AS total FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}' GROUP BY 1, 2\$q\$,
   count_src_query => \$q\$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'\$q\$,
   merge_partitions_query => 'SELECT time_bin, process_id, sum(errors) AS errors, sum(total) AS total FROM {source} GROUP BY 1, 2',
   update_group => 3000, time_column => 'time_bin');"

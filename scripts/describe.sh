@@ -35,8 +35,9 @@ describe() {
     SELECT 'acl ' || c.relname || ' ' || (SELECT array_agg(a::text ORDER BY a::text) FROM unnest(coalesce(c.relacl, acldefault('r', c.relowner))) a)::text FROM pg_class c
      WHERE c.relnamespace = 'micromegas'::regnamespace AND c.relkind IN ('r', 'v')
     UNION ALL
-    SELECT 'config ' || unnest(extconfig)::regclass || ' ' || array_to_string(extcondition, ';')
-      FROM pg_extension WHERE extname = 'micromegas_views'
+    SELECT 'config ' || u.config::regclass || ' ' || coalesce(u.condition, '')
+      FROM pg_extension e, unnest(e.extconfig, e.extcondition) AS u(config, condition)
+     WHERE e.extname = 'micromegas_views'
     UNION ALL
     SELECT 'extension schema ' || extnamespace::regnamespace::text FROM pg_extension WHERE extname = 'micromegas_views'
     UNION ALL

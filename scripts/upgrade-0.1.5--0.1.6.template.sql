@@ -10,9 +10,42 @@
 -- * a re-check that gives a definition already failed to load its new
 --   reason keeps its stored schema (it used to store an empty one, whose
 --   move made its dependents refuse the change: a built-in's registration
---   could be refused).
+--   could be refused);
+-- * the author checks (core/src/author.rs): a definition's findings are
+--   stored in a new column `warnings`, raised as WARNINGs (or refused, by
+--   micromegas_views.author_checks = error or mm_require_author_checks),
+--   returned by mm_explain_view and list_view_set_definitions;
+-- * date_bin(...) is nullable, as DataFusion declares it and micromegas
+--   infers it (log_stats' time_bin): every stored definition is validated
+--   again, so its stored schema follows (the schema hash leaves nullability
+--   out, so no hash changes) and its warnings are filled in.
 
 --@rust _mm_check_definition_with
+
+-- The prepared row carries the findings.
+DROP FUNCTION micromegas._mm_prepare_definition(text, text, text, text, text, integer, jsonb, boolean);
+--@rust _mm_prepare_definition
+
+--@rust _mm_author_checks
+
+ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN warnings jsonb NOT NULL DEFAULT '[]';
+--@verbatim schema.sql:author_check_requirements
+SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements', '');
+
+--@new CREATE FUNCTION micromegas._mm_author_check_level(
+
+--@new CREATE FUNCTION micromegas._mm_report_author_findings(
+
+--@new CREATE FUNCTION micromegas.mm_require_author_checks(
+COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
+  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
+COMMENT ON TABLE micromegas.author_check_requirements IS
+  'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
+
+DROP FUNCTION micromegas.list_view_set_definitions();
+--@new CREATE FUNCTION micromegas.list_view_set_definitions()
+COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
+  'Every stored definition, including those that failed to load';
 
 --@new CREATE FUNCTION micromegas._mm_require_writable(
 COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
@@ -38,7 +71,8 @@ COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
 
 --@new CREATE FUNCTION micromegas._mm_recheck_read_only(
 
---@replace CREATE FUNCTION micromegas.mm_explain_view(
+DROP FUNCTION micromegas.mm_explain_view(text);
+--@new CREATE FUNCTION micromegas.mm_explain_view(
 
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written; on a hot standby the same answer, asked without writing';
@@ -104,5 +138,19 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
 
 --@replace CREATE FUNCTION micromegas.mm_revoke_audience(
 
--- The new functions are internal: revoked from every role like the others.
+-- Every stored definition validated again, in materialization order, as the
+-- extension's own re-check (its timestamps and actor kept): date_bin's
+-- nullability reaches the stored schemas, and the findings their warnings.
+-- One whose dependents' schemas move rewrites them too.
+SELECT micromegas._mm_intent_begin('recheck', NULL);
+UPDATE micromegas.lakehouse_view_set_definitions d
+   SET definition_sql = d.definition_sql, load_status = 'ok'
+  FROM (SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
+         WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name) o
+ WHERE d.view_set_name = o.view_set_name;
+SELECT micromegas._mm_intent_end('recheck');
+
+-- Privileges, from the matrix (a new function and table in it).
+--@replace CREATE FUNCTION micromegas.mm_privilege_matrix()
+
 SELECT micromegas._mm_apply_privileges();

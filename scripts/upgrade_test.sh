@@ -97,6 +97,11 @@ SQL
   diff -u "$MMV_RUN/upgrade.fresh.builtins" "$MMV_RUN/upgrade.$from.builtins" || { echo "upgrade from $from: shipped built-ins differ from a fresh install"; status=1; }
   violations=$(q "$db" -c "SELECT count(*) FROM micromegas.mm_catalog_violations()")
   [ "$violations" = 0 ] || { echo "upgrade from $from: $violations catalog violations"; status=1; }
+  # 0.1.6 infers date_bin(...) nullable: the upgrade stored it so.
+  got=$(q "$db" -c "SELECT f->>'nullable' FROM micromegas.lakehouse_view_set_definitions d,
+                      jsonb_array_elements(d.schema_json->'fields') f
+                     WHERE d.view_set_name = 'log_stats' AND f->>'name' = 'time_bin'")
+  [ "$got" = true ] || { echo "upgrade from $from: log_stats' time_bin is stored nullable=$got"; status=1; }
   # Re-validating every definition now changes no stored schema.
   schemas "$db" >"$MMV_RUN/upgrade.$from.schemas"
   q "$db" -c "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql" >/dev/null

@@ -144,10 +144,10 @@ $$;
 -- Seed 002: every row of the definitions table, straight from Postgres.
 CREATE FUNCTION micromegas.list_view_set_definitions()
 RETURNS TABLE (view_set_name text, definition_sql text, update_group integer,
-               updated_at timestamptz, updated_by text, load_status text, load_error text)
+               updated_at timestamptz, updated_by text, load_status text, load_error text, warnings jsonb)
 LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT d.view_set_name, d.definition_sql, d.update_group, d.updated_at, d.updated_by,
-         d.load_status, d.load_error
+         d.load_status, d.load_error, d.warnings
     FROM micromegas.lakehouse_view_set_definitions d
    ORDER BY d.view_set_name
 $$;
@@ -277,7 +277,7 @@ $$;
 -- primary's (regress 23_standby_dry_run compares the two on every case).
 CREATE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
-               dependents text[], materialization_position bigint, problems text[])
+               dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT * FROM micromegas._mm_explain_view(statement,
     pg_catalog.pg_is_in_recovery() OR pg_catalog.current_setting('transaction_read_only')::boolean)
@@ -285,7 +285,7 @@ $$;
 
 CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
-               dependents text[], materialization_position bigint, problems text[])
+               dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -296,6 +296,7 @@ DECLARE
   row_reads text[];
   row_dependents text[];
   row_position bigint;
+  row_warnings jsonb;
   dry record;
   problem text;
   problem_detail text;
@@ -309,14 +310,15 @@ BEGIN
       row_schema := micromegas._mm_format_schema(dry.schema_ipc);
       row_hash := dry.schema_hash;
       row_reads := dry.reads;
+      row_warnings := dry.warnings;
       -- The order after the write: the view's new group among the others.
       SELECT count(*) + 1 INTO row_position
         FROM micromegas.mm_materialization_order() o
        WHERE o.view_set_name <> target AND (o.update_group, o.view_set_name) < (dry.update_group, target);
     ELSE
       SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
-      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
-        INTO row_schema, row_hash, row_reads
+      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads, d.warnings
+        INTO row_schema, row_hash, row_reads, row_warnings
         FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
       SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
     END IF;
@@ -333,14 +335,15 @@ BEGIN
         target := NULL;
       END;
       outcome := 'refused';
-      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL;
+      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL; row_warnings := NULL;
       problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
   END;
   SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
     FROM micromegas.lakehouse_view_set_definitions d
    WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
   RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
-                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END,
+                      row_warnings;
 END
 $$;
 
@@ -354,13 +357,14 @@ $$;
 -- incompatible-partition notices.
 CREATE FUNCTION micromegas._mm_dry_run_read_only(statement text,
   OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
-  OUT update_group integer)
+  OUT update_group integer, OUT warnings jsonb)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   p record;
   old micromegas.lakehouse_view_set_definitions;
   w record;
+  replacing boolean;
 BEGIN
   SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
   view_set_name := p.view_set_name;
@@ -368,8 +372,12 @@ BEGIN
   schema_hash := p.schema_hash;
   reads := p.reads;
   update_group := p.update_group;
+  warnings := p.warnings;
   outcome := 'created';
-  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, true) THEN
+  replacing := micromegas._mm_name_taken(p.view_set_name, p.or_replace, true);
+  -- The write raises the author findings before anything else it does.
+  PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  IF replacing THEN
     outcome := 'replaced';
     SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
     -- _mm_definitions_after_update: a failed view that validates again
@@ -479,6 +487,36 @@ BEGIN
 END
 $$;
 
+-- Makes the author checks at least `level` (warn or error; off lifts the
+-- requirement) for every role of this database, or for the members of
+-- `role_name`: what micromegas_views.author_checks can no longer relax.
+CREATE FUNCTION micromegas.mm_require_author_checks(level text, role_name text DEFAULT NULL)
+RETURNS TABLE (applies_to text, required_level text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_require_author_checks');
+  target text := coalesce(role_name, '*');
+BEGIN
+  IF level IS NULL OR level NOT IN ('off', 'warn', 'error') THEN
+    RAISE EXCEPTION 'mm_require_author_checks: level must be off, warn or error, not %', coalesce(quote_literal(level), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
+    RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object';
+  END IF;
+  IF level = 'off' THEN
+    DELETE FROM micromegas.author_check_requirements r WHERE r.applies_to = target;
+  ELSE
+    INSERT INTO micromegas.author_check_requirements AS r (applies_to, level, set_at, set_by)
+    VALUES (target, level, pg_catalog.now(), micromegas._mm_actor())
+    ON CONFLICT ON CONSTRAINT author_check_requirements_pkey
+      DO UPDATE SET level = EXCLUDED.level, set_at = EXCLUDED.set_at, set_by = EXCLUDED.set_by;
+  END IF;
+  RETURN QUERY SELECT r.applies_to, r.level FROM micromegas.author_check_requirements r ORDER BY 1;
+END
+$$;
+
 -- The shipped rows: today's built-in view sets, and log_stats.
 INSERT INTO micromegas.builtin_view_sets
        (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_json)
@@ -508,6 +546,8 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.catalog_state', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_list', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.audience_grants',
   $$WHERE NOT (audience = 'public' AND selector = '*' AND created_by = 'micromegas_views')$$);
+-- What an admin required of the author checks.
+SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements', '');
 -- Partitions and queued files are data (sql/partitions.sql).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
@@ -576,6 +616,10 @@ COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
   'One job';
 COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
   'Jobs by state and view set, newest first';
+COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
+  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
+COMMENT ON TABLE micromegas.author_check_requirements IS
+  'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written; on a hot standby the same answer, asked without writing';
 COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS

@@ -10,7 +10,15 @@
 -- * a re-check that gives a definition already failed to load its new
 --   reason keeps its stored schema (it used to store an empty one, whose
 --   move made its dependents refuse the change: a built-in's registration
---   could be refused).
+--   could be refused);
+-- * the author checks (core/src/author.rs): a definition's findings are
+--   stored in a new column `warnings`, raised as WARNINGs (or refused, by
+--   micromegas_views.author_checks = error or mm_require_author_checks),
+--   returned by mm_explain_view and list_view_set_definitions;
+-- * date_bin(...) is nullable, as DataFusion declares it and micromegas
+--   infers it (log_stats' time_bin): every stored definition is validated
+--   again, so its stored schema follows (the schema hash leaves nullability
+--   out, so no hash changes) and its warnings are filled in.
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -27,6 +35,135 @@ CREATE FUNCTION micromegas."_mm_check_definition_with"(
 STABLE 
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'check_definition_with_wrapper';
+
+-- The prepared row carries the findings.
+DROP FUNCTION micromegas._mm_prepare_definition(text, text, text, text, text, integer, jsonb, boolean);
+CREATE FUNCTION micromegas."_mm_prepare_definition"(
+	"view_set_name" TEXT, /* Option < String > */
+	"definition_sql" TEXT, /* Option < String > */
+	"extract_query" TEXT, /* Option < String > */
+	"count_src_query" TEXT, /* Option < String > */
+	"merge_partitions_query" TEXT, /* Option < String > */
+	"update_group" INT, /* Option < i32 > */
+	"view_options" jsonb, /* Option < JsonB > */
+	"keep_failed" bool /* bool */
+) RETURNS TABLE (
+	"view_set_name" TEXT,  /* String */
+	"or_replace" bool,  /* bool */
+	"definition_sql" TEXT,  /* String */
+	"extract_query" TEXT,  /* String */
+	"count_src_query" TEXT,  /* String */
+	"merge_partitions_query" TEXT,  /* String */
+	"update_group" INT,  /* i32 */
+	"view_options" jsonb,  /* JsonB */
+	"schema_ipc" TEXT,  /* String */
+	"schema_json" jsonb,  /* JsonB */
+	"schema_hash" bytea,  /* Vec < u8 > */
+	"reads" TEXT[],  /* Vec < String > */
+	"load_error" TEXT,  /* Option < String > */
+	"warnings" jsonb  /* JsonB */
+)
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'prepare_definition_wrapper';
+
+CREATE FUNCTION micromegas."_mm_author_checks"() RETURNS TEXT /* & '_ str */
+STRICT STABLE PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'author_checks_wrapper';
+
+ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN warnings jsonb NOT NULL DEFAULT '[]';
+CREATE TABLE micromegas.author_check_requirements (
+  applies_to text PRIMARY KEY,
+  level text NOT NULL CHECK (level IN ('warn', 'error')),
+  set_at timestamptz NOT NULL,
+  set_by text NOT NULL
+);
+SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements', '');
+
+CREATE FUNCTION micromegas._mm_author_check_level() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  rank integer := CASE micromegas._mm_author_checks() WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END;
+  required integer;
+BEGIN
+  IF rank < 2 THEN
+    SELECT max(CASE r.level WHEN 'error' THEN 2 ELSE 1 END) INTO required
+      FROM micromegas.author_check_requirements r
+     WHERE r.applies_to = '*'
+        OR (EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = r.applies_to)
+            AND pg_catalog.pg_has_role(micromegas._mm_caller(), r.applies_to, 'MEMBER'));
+    rank := greatest(rank, coalesce(required, 0));
+  END IF;
+  RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
+END
+$$;
+
+CREATE FUNCTION micromegas._mm_report_author_findings(name text, findings jsonb) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  level text := micromegas._mm_author_check_level();
+  f jsonb;
+BEGIN
+  IF level = 'off' OR pg_catalog.jsonb_array_length(findings) = 0 THEN
+    RETURN;
+  END IF;
+  FOR f IN SELECT * FROM pg_catalog.jsonb_array_elements(findings) LOOP
+    IF level = 'error' THEN
+      RAISE EXCEPTION 'materialized view "%": %', name, f->>'message'
+        USING ERRCODE = '42' || substr(f->>'sqlstate', 3),
+              DETAIL = format('Author check %s; micromegas_views.author_checks is error.', f->>'check'),
+              HINT = f->>'hint';
+    END IF;
+    RAISE WARNING 'materialized view "%": %', name, f->>'message'
+      USING ERRCODE = f->>'sqlstate', DETAIL = format('Author check %s.', f->>'check'), HINT = f->>'hint';
+  END LOOP;
+END
+$$;
+
+CREATE FUNCTION micromegas.mm_require_author_checks(level text, role_name text DEFAULT NULL)
+RETURNS TABLE (applies_to text, required_level text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_require_author_checks');
+  target text := coalesce(role_name, '*');
+BEGIN
+  IF level IS NULL OR level NOT IN ('off', 'warn', 'error') THEN
+    RAISE EXCEPTION 'mm_require_author_checks: level must be off, warn or error, not %', coalesce(quote_literal(level), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
+    RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object';
+  END IF;
+  IF level = 'off' THEN
+    DELETE FROM micromegas.author_check_requirements r WHERE r.applies_to = target;
+  ELSE
+    INSERT INTO micromegas.author_check_requirements AS r (applies_to, level, set_at, set_by)
+    VALUES (target, level, pg_catalog.now(), micromegas._mm_actor())
+    ON CONFLICT ON CONSTRAINT author_check_requirements_pkey
+      DO UPDATE SET level = EXCLUDED.level, set_at = EXCLUDED.set_at, set_by = EXCLUDED.set_by;
+  END IF;
+  RETURN QUERY SELECT r.applies_to, r.level FROM micromegas.author_check_requirements r ORDER BY 1;
+END
+$$;
+COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
+  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
+COMMENT ON TABLE micromegas.author_check_requirements IS
+  'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
+
+DROP FUNCTION micromegas.list_view_set_definitions();
+CREATE FUNCTION micromegas.list_view_set_definitions()
+RETURNS TABLE (view_set_name text, definition_sql text, update_group integer,
+               updated_at timestamptz, updated_by text, load_status text, load_error text, warnings jsonb)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT d.view_set_name, d.definition_sql, d.update_group, d.updated_at, d.updated_by,
+         d.load_status, d.load_error, d.warnings
+    FROM micromegas.lakehouse_view_set_definitions d
+   ORDER BY d.view_set_name
+$$;
+COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
+  'Every stored definition, including those that failed to load';
 
 CREATE FUNCTION micromegas._mm_require_writable(operation text) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -224,6 +361,12 @@ BEGIN
   NEW.reads := p.reads;
   NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
   NEW.load_error := p.load_error;
+  NEW.warnings := p.warnings;
+  -- The author of this write hears of the obligations it misses; the
+  -- extension's own re-checks and loads do not raise them again.
+  IF intent IS NULL OR intent IN ('replace', 'restore') THEN
+    PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  END IF;
   -- The Postgres role that made the change: no setting can change it.
   NEW.updated_by_role := session_user;
   IF keep_given THEN
@@ -266,7 +409,7 @@ $$;
 
 CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
-               dependents text[], materialization_position bigint, problems text[])
+               dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -277,6 +420,7 @@ DECLARE
   row_reads text[];
   row_dependents text[];
   row_position bigint;
+  row_warnings jsonb;
   dry record;
   problem text;
   problem_detail text;
@@ -290,14 +434,15 @@ BEGIN
       row_schema := micromegas._mm_format_schema(dry.schema_ipc);
       row_hash := dry.schema_hash;
       row_reads := dry.reads;
+      row_warnings := dry.warnings;
       -- The order after the write: the view's new group among the others.
       SELECT count(*) + 1 INTO row_position
         FROM micromegas.mm_materialization_order() o
        WHERE o.view_set_name <> target AND (o.update_group, o.view_set_name) < (dry.update_group, target);
     ELSE
       SELECT c.view_set_name, c.status INTO target, outcome FROM micromegas.mm_create_view(statement) c;
-      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads
-        INTO row_schema, row_hash, row_reads
+      SELECT micromegas._mm_format_schema(d.schema_ipc), d.schema_hash, d.reads, d.warnings
+        INTO row_schema, row_hash, row_reads, row_warnings
         FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
       SELECT o.position INTO row_position FROM micromegas.mm_materialization_order() o WHERE o.view_set_name = target;
     END IF;
@@ -314,26 +459,28 @@ BEGIN
         target := NULL;
       END;
       outcome := 'refused';
-      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL;
+      row_schema := NULL; row_hash := NULL; row_reads := NULL; row_position := NULL; row_warnings := NULL;
       problem := problem_state || ': ' || problem || coalesce(nullif(E'\n' || problem_detail, E'\n'), '');
   END;
   SELECT array_agg(d.view_set_name ORDER BY d.view_set_name) INTO row_dependents
     FROM micromegas.lakehouse_view_set_definitions d
    WHERE d.reads @> ARRAY[target] AND d.view_set_name <> target;
   RETURN QUERY SELECT target, outcome, row_schema, row_hash, row_reads, coalesce(row_dependents, '{}'),
-                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END;
+                      row_position, CASE WHEN problem IS NULL THEN '{}'::text[] ELSE ARRAY[problem] END,
+                      row_warnings;
 END
 $$;
 
 CREATE FUNCTION micromegas._mm_dry_run_read_only(statement text,
   OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
-  OUT update_group integer)
+  OUT update_group integer, OUT warnings jsonb)
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
 DECLARE
   p record;
   old micromegas.lakehouse_view_set_definitions;
   w record;
+  replacing boolean;
 BEGIN
   SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
   view_set_name := p.view_set_name;
@@ -341,8 +488,12 @@ BEGIN
   schema_hash := p.schema_hash;
   reads := p.reads;
   update_group := p.update_group;
+  warnings := p.warnings;
   outcome := 'created';
-  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, true) THEN
+  replacing := micromegas._mm_name_taken(p.view_set_name, p.or_replace, true);
+  -- The write raises the author findings before anything else it does.
+  PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  IF replacing THEN
     outcome := 'replaced';
     SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
     -- _mm_definitions_after_update: a failed view that validates again
@@ -446,9 +597,10 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
+DROP FUNCTION micromegas.mm_explain_view(text);
+CREATE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
-               dependents text[], materialization_position bigint, problems text[])
+               dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT * FROM micromegas._mm_explain_view(statement,
     pg_catalog.pg_is_in_recovery() OR pg_catalog.current_setting('transaction_read_only')::boolean)
@@ -1130,5 +1282,95 @@ BEGIN
 END
 $$;
 
--- The new functions are internal: revoked from every role like the others.
+-- Every stored definition validated again, in materialization order, as the
+-- extension's own re-check (its timestamps and actor kept): date_bin's
+-- nullability reaches the stored schemas, and the findings their warnings.
+-- One whose dependents' schemas move rewrites them too.
+SELECT micromegas._mm_intent_begin('recheck', NULL);
+UPDATE micromegas.lakehouse_view_set_definitions d
+   SET definition_sql = d.definition_sql, load_status = 'ok'
+  FROM (SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
+         WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name) o
+ WHERE d.view_set_name = o.view_set_name;
+SELECT micromegas._mm_intent_end('recheck');
+
+-- Privileges, from the matrix (a new function and table in it).
+CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()
+RETURNS TABLE (object_kind text, object_name text, public text, reader text, service text, admin text)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM (VALUES
+    -- definitions
+    ('function', 'mm_catalog_version',            'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_sets',                'EXECUTE', '',        '',        ''),
+    ('function', 'mm_privilege_matrix',           'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_set_definitions',     '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_set_snapshot',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_materialization_order',      '', 'EXECUTE', '', ''),
+    ('function', 'list_view_dependencies',        '', 'EXECUTE', '', ''),
+    ('function', 'mm_catalog_violations',         '', 'EXECUTE', '', ''),
+    ('function', 'mm_explain_view',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_history',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_describe_view',              '', 'EXECUTE', '', ''),
+    ('function', 'mm_create_view',                '', '', '', 'EXECUTE'),
+    ('function', 'mm_drop_view',                  '', '', '', 'EXECUTE'),
+    ('function', 'mm_restore_view',               '', '', '', 'EXECUTE'),
+    ('function', 'mm_prune_view_history',         '', '', '', 'EXECUTE'),
+    ('function', 'mm_register_builtin_view_set',  '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_require_author_checks',      '', '', '', 'EXECUTE'),
+    -- partitions
+    ('function', 'list_partitions',               '', 'EXECUTE', '', ''),
+    ('function', 'list_incompatible_partitions',  '', 'EXECUTE', '', ''),
+    ('function', 'mm_plan_regeneration',          '', 'EXECUTE', '', ''),
+    ('function', 'retire_partitions',             '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_metadata',  '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_file',      '', '', '', 'EXECUTE'),
+    ('function', 'retire_incompatible_partitions','', '', '', 'EXECUTE'),
+    ('function', 'mm_write_partition',            '', '', 'EXECUTE', ''),
+    ('function', 'mm_replace_partitions',         '', '', 'EXECUTE', ''),
+    ('function', 'mm_expired_files',              '', '', 'EXECUTE', ''),
+    -- jobs
+    ('function', 'mm_job',                        '', 'EXECUTE', '', ''),
+    ('function', 'list_jobs',                     '', 'EXECUTE', '', ''),
+    ('function', 'mm_refresh_view',               '', '', '', 'EXECUTE'),
+    ('function', 'regenerate_partitions',         '', '', '', 'EXECUTE'),
+    ('function', 'mm_cancel_job',                 '', '', '', 'EXECUTE'),
+    ('function', 'mm_claim_job',                  '', '', 'EXECUTE', ''),
+    ('function', 'mm_claim_jobs',                 '', '', 'EXECUTE', ''),
+    ('function', 'mm_heartbeat_job',              '', '', 'EXECUTE', ''),
+    ('function', 'mm_finish_job',                 '', '', 'EXECUTE', ''),
+    -- query deny list and audience grants
+    ('function', 'mm_sql_hash',                   '', 'EXECUTE', '', ''),
+    ('function', 'mm_access_versions',            '', 'EXECUTE', '', ''),
+    ('function', 'list_audience_grants',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_query_deny_list_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial',         '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial_context', '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_audience_grants_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_record_query_denial_hits',   '', '', 'EXECUTE', ''),
+    ('function', 'deny_queries',                  '', '', '', 'EXECUTE'),
+    ('function', 'list_query_denials',            '', '', '', 'EXECUTE'),
+    ('function', 'remove_query_denial',           '', '', '', 'EXECUTE'),
+    ('function', 'mm_grant_audience',             '', '', '', 'EXECUTE'),
+    ('function', 'mm_revoke_audience',            '', '', '', 'EXECUTE'),
+    -- internal, but the audience_grants CHECK runs it as the writer (a pure
+    -- rule check): the admin, who may write the table directly
+    ('function', '_mm_audience_problem',          '', '', '', 'EXECUTE'),
+    -- tables and views
+    ('table', 'catalog_state',                          '', 'SELECT', '', ''),
+    ('table', 'builtin_view_sets',                      '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definitions',         '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definition_history',  '', 'SELECT', '', ''),
+    ('table', 'removed_shipped_rows',                   '', '', '', 'SELECT, INSERT, DELETE'),
+    ('table', 'lakehouse_partitions',                   '', 'SELECT', 'INSERT, UPDATE, DELETE', ''),
+    ('table', 'temporary_files',                        '', 'SELECT', 'INSERT, DELETE', ''),
+    ('table', 'view_set_schema_hashes',                 '', 'SELECT', '', ''),
+    ('table', 'jobs',                                   '', 'SELECT', '', ''),
+    ('table', 'access_state',                           '', '', '', ''),
+    ('table', 'query_deny_list',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'query_deny_hits',                        '', '', 'SELECT', 'SELECT'),
+    ('table', 'audience_grants',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'author_check_requirements',              '', 'SELECT', '', '')
+  ) AS m(object_kind, object_name, public, reader, service, admin)
+$$;
+
 SELECT micromegas._mm_apply_privileges();

@@ -41,6 +41,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('function', 'mm_restore_view',               '', '', '', 'EXECUTE'),
     ('function', 'mm_prune_view_history',         '', '', '', 'EXECUTE'),
     ('function', 'mm_register_builtin_view_set',  '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_require_author_checks',      '', '', '', 'EXECUTE'),
     -- partitions
     ('function', 'list_partitions',               '', 'EXECUTE', '', ''),
     ('function', 'list_incompatible_partitions',  '', 'EXECUTE', '', ''),
@@ -92,7 +93,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('table', 'access_state',                           '', '', '', ''),
     ('table', 'query_deny_list',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
     ('table', 'query_deny_hits',                        '', '', 'SELECT', 'SELECT'),
-    ('table', 'audience_grants',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE')
+    ('table', 'audience_grants',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'author_check_requirements',              '', 'SELECT', '', '')
   ) AS m(object_kind, object_name, public, reader, service, admin)
 $$;
 

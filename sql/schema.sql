@@ -158,7 +158,10 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   shipped boolean NOT NULL DEFAULT false,
   -- The Postgres role (session_user) that wrote the row; updated_by is the
   -- claim a service makes for its end user.
-  updated_by_role text
+  updated_by_role text,
+  -- The author obligations the definition does not meet (core/src/author.rs):
+  -- [{check, sqlstate, message, hint}], derived like the schema.
+  warnings jsonb NOT NULL DEFAULT '[]'
 );
 CREATE INDEX lakehouse_view_set_definitions_reads
   ON micromegas.lakehouse_view_set_definitions USING gin (reads) WITH (fastupdate = off);
@@ -245,6 +248,65 @@ BEGIN
     USING ERRCODE = 'dependent_objects_still_exist',
           DETAIL = format('materialized view "%s" would no longer be valid: %s', dependent, problem),
           HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dependent);
+END
+$$;
+
+-- What an admin requires of the author checks (mm_require_author_checks):
+-- for every role of the database ('*') or for the members of a role. A
+-- session's micromegas_views.author_checks can be stricter, never laxer.
+-- <author_check_requirements>
+CREATE TABLE micromegas.author_check_requirements (
+  applies_to text PRIMARY KEY,
+  level text NOT NULL CHECK (level IN ('warn', 'error')),
+  set_at timestamptz NOT NULL,
+  set_by text NOT NULL
+);
+-- </author_check_requirements>
+
+-- The author-check level in force for this write: the stricter of the
+-- session's setting and what is required of the writing role (the role
+-- running the statement, or any role it is a member of) or of everyone.
+CREATE FUNCTION micromegas._mm_author_check_level() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  rank integer := CASE micromegas._mm_author_checks() WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END;
+  required integer;
+BEGIN
+  IF rank < 2 THEN
+    SELECT max(CASE r.level WHEN 'error' THEN 2 ELSE 1 END) INTO required
+      FROM micromegas.author_check_requirements r
+     WHERE r.applies_to = '*'
+        OR (EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = r.applies_to)
+            AND pg_catalog.pg_has_role(micromegas._mm_caller(), r.applies_to, 'MEMBER'));
+    rank := greatest(rank, coalesce(required, 0));
+  END IF;
+  RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
+END
+$$;
+
+-- The author obligations a definition misses, raised at the level in force
+-- (_mm_author_check_level): a
+-- WARNING per finding (SQLSTATE class 01, 01M01..01M03), or the first one
+-- as an error (the same code in class 42), or nothing.
+CREATE FUNCTION micromegas._mm_report_author_findings(name text, findings jsonb) RETURNS void
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  level text := micromegas._mm_author_check_level();
+  f jsonb;
+BEGIN
+  IF level = 'off' OR pg_catalog.jsonb_array_length(findings) = 0 THEN
+    RETURN;
+  END IF;
+  FOR f IN SELECT * FROM pg_catalog.jsonb_array_elements(findings) LOOP
+    IF level = 'error' THEN
+      RAISE EXCEPTION 'materialized view "%": %', name, f->>'message'
+        USING ERRCODE = '42' || substr(f->>'sqlstate', 3),
+              DETAIL = format('Author check %s; micromegas_views.author_checks is error.', f->>'check'),
+              HINT = f->>'hint';
+    END IF;
+    RAISE WARNING 'materialized view "%": %', name, f->>'message'
+      USING ERRCODE = f->>'sqlstate', DETAIL = format('Author check %s.', f->>'check'), HINT = f->>'hint';
+  END LOOP;
 END
 $$;
 
@@ -454,6 +516,12 @@ BEGIN
   NEW.reads := p.reads;
   NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
   NEW.load_error := p.load_error;
+  NEW.warnings := p.warnings;
+  -- The author of this write hears of the obligations it misses; the
+  -- extension's own re-checks and loads do not raise them again.
+  IF intent IS NULL OR intent IN ('replace', 'restore') THEN
+    PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  END IF;
   -- The Postgres role that made the change: no setting can change it.
   NEW.updated_by_role := session_user;
   IF keep_given THEN

@@ -92,6 +92,9 @@ pub enum Action {
 pub struct Plan {
     pub items: BTreeMap<String, Action>,
     pub problems: Vec<(String, String)>,
+    /// The author-check findings of each view the dry run wrote, as
+    /// `(check, message)`: shown under the definition, never blocking.
+    pub warnings: BTreeMap<String, Vec<(String, String)>>,
 }
 
 impl Plan {
@@ -113,41 +116,13 @@ impl Plan {
         };
         let mut out = String::new();
         for (name, action) in &self.items {
-            match action {
-                Action::Create { statement, .. } => {
-                    let _ = writeln!(out, "{}", paint("32", &format!("+ create {name}")));
-                    for line in statement.lines() {
-                        let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
-                    }
-                }
-                Action::Replace {
-                    statement, current, ..
-                } => {
-                    let _ = writeln!(out, "{}", paint("33", &format!("~ replace {name}")));
-                    let (old, new) = (shown(current), shown(statement));
-                    let diff = TextDiff::from_lines(&old, &new);
-                    for change in diff.iter_all_changes() {
-                        let line = change.to_string_lossy();
-                        let line = line.trim_end_matches('\n');
-                        match change.tag() {
-                            ChangeTag::Delete => {
-                                let _ = writeln!(out, "{}", paint("31", &format!("    - {line}")));
-                            }
-                            ChangeTag::Insert => {
-                                let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
-                            }
-                            ChangeTag::Equal => {
-                                let _ = writeln!(out, "      {line}");
-                            }
-                        }
-                    }
-                }
-                Action::Unchanged => {
-                    let _ = writeln!(out, "  unchanged {name}");
-                }
-                Action::Drop { .. } => {
-                    let _ = writeln!(out, "{}", paint("31", &format!("- drop {name}")));
-                }
+            render_item(&mut out, name, action, &paint);
+            for (check, message) in self.warnings.get(name).into_iter().flatten() {
+                let _ = writeln!(
+                    out,
+                    "{}",
+                    paint("35", &format!("    warning ({check}): {message}"))
+                );
             }
         }
         for (name, problem) in &self.problems {
@@ -231,6 +206,24 @@ impl Plan {
                 tx.batch_execute("ROLLBACK TO SAVEPOINT step")
                     .await
                     .map_err(|e| pg_error(&e))?;
+                continue;
+            }
+            // The author checks' findings of the row just written.
+            let found = tx
+                .query(
+                    "SELECT w->>'check', w->>'message'
+                       FROM micromegas.lakehouse_view_set_definitions d,
+                            jsonb_array_elements(d.warnings) w
+                      WHERE d.view_set_name = $1",
+                    &[&name],
+                )
+                .await
+                .map_err(|e| pg_error(&e))?;
+            if !found.is_empty() {
+                self.warnings.insert(
+                    name.clone(),
+                    found.iter().map(|r| (r.get(0), r.get(1))).collect(),
+                );
             }
         }
         tx.rollback().await.map_err(|e| pg_error(&e))
@@ -254,6 +247,52 @@ impl Plan {
         }
         tx.commit().await.map_err(|e| pg_error(&e))?;
         Ok(steps.len())
+    }
+}
+
+/// One item of the plan: the statement created, the diff replaced, or the
+/// name kept or dropped.
+fn render_item(
+    out: &mut String,
+    name: &str,
+    action: &Action,
+    paint: &dyn Fn(&str, &str) -> String,
+) {
+    match action {
+        Action::Create { statement, .. } => {
+            let _ = writeln!(out, "{}", paint("32", &format!("+ create {name}")));
+            for line in statement.lines() {
+                let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
+            }
+        }
+        Action::Replace {
+            statement, current, ..
+        } => {
+            let _ = writeln!(out, "{}", paint("33", &format!("~ replace {name}")));
+            let (old, new) = (shown(current), shown(statement));
+            let diff = TextDiff::from_lines(&old, &new);
+            for change in diff.iter_all_changes() {
+                let line = change.to_string_lossy();
+                let line = line.trim_end_matches('\n');
+                match change.tag() {
+                    ChangeTag::Delete => {
+                        let _ = writeln!(out, "{}", paint("31", &format!("    - {line}")));
+                    }
+                    ChangeTag::Insert => {
+                        let _ = writeln!(out, "{}", paint("32", &format!("    + {line}")));
+                    }
+                    ChangeTag::Equal => {
+                        let _ = writeln!(out, "      {line}");
+                    }
+                }
+            }
+        }
+        Action::Unchanged => {
+            let _ = writeln!(out, "  unchanged {name}");
+        }
+        Action::Drop { .. } => {
+            let _ = writeln!(out, "{}", paint("31", &format!("- drop {name}")));
+        }
     }
 }
 
@@ -298,6 +337,7 @@ pub async fn make(client: &Client, dir: &Path, prune: bool) -> Result<Plan, Stri
     let mut plan = Plan {
         items: BTreeMap::new(),
         problems: Vec::new(),
+        warnings: BTreeMap::new(),
     };
     for (stem, (path, text)) in &files {
         let parsed = match ddl::parse(text) {

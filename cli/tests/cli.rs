@@ -34,10 +34,13 @@ fn database(name: &str) -> String {
         .filter(|p| !p.starts_with("olddbname_ignored="))
         .collect::<Vec<_>>()
         .join(" ");
-    // As the README installs it: btree_gist in a schema of its own.
+    // As the README installs it: btree_gist in a schema of its own. The
+    // roles an earlier install made (with the other suites' members) are
+    // adopted, as the superuser running the suites does everywhere.
     psql(
         &dsn,
-        "CREATE SCHEMA btree_gist; CREATE EXTENSION btree_gist SCHEMA btree_gist; \
+        "SET micromegas_views.adopt_existing_roles = on; \
+         CREATE SCHEMA btree_gist; CREATE EXTENSION btree_gist SCHEMA btree_gist; \
          CREATE EXTENSION micromegas_views",
     );
     dsn
@@ -391,4 +394,38 @@ fn every_subcommand_has_help() {
             "{sub}"
         );
     }
+}
+
+#[test]
+fn plan_prints_the_author_checks_findings_under_the_definition() {
+    let dsn = database("mmv_cli_author_checks");
+    let dir = workdir("author_checks");
+    let counts = "CREATE MATERIALIZED VIEW merged_counts WITH (\n  \
+        extract_query = 'SELECT time, process_id, count(*) AS count FROM log_entries WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'' GROUP BY 1, 2',\n  \
+        count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',\n  \
+        merge_partitions_query = 'SELECT time, process_id, count(*) AS count FROM {source} GROUP BY 1, 2',\n  \
+        update_group = 4000,\n  time_column = 'time'\n);\n";
+    write(&dir, "merged_counts", counts);
+    write(
+        &dir,
+        "clean",
+        &view("clean", "log_entries", "time, process_id", 4000),
+    );
+    let out = cli(&dsn, &["plan", dir.to_str().unwrap()]);
+    // A finding is a warning: the plan has no problem and can be applied.
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    let text = stdout(&out);
+    let warning = "    warning (non_composable_merge): merge_partitions_query computes count(*) (column \"count\") over partitions that are already aggregated";
+    assert!(text.contains(warning), "{text}");
+    assert_eq!(text.matches("warning (").count(), 1, "{text}");
+    // Printed under its definition, before the next one.
+    let at = text.find(warning).unwrap();
+    assert!(text[..at].contains("+ create merged_counts"), "{text}");
+    let out = cli(&dsn, &["apply", dir.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -13,8 +13,11 @@ use std::collections::HashMap;
 pub enum SourceKind {
     /// A raw, insert_time-bearing table (blocks): the only kind a count query may read.
     Raw,
-    /// A materialized view set (built-in or DDL).
+    /// A view set the services materialize from ingested data (built-in:
+    /// log_entries, measures, …); it carries insert_time.
     Materialized,
+    /// A materialized view defined here (DDL).
+    Defined,
     /// Only reachable through `view_instance(...)`: no global instance.
     InstanceOnly,
 }

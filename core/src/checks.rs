@@ -1,5 +1,6 @@
 //! Every CREATE-time check of seed 000, run over the planned queries.
 
+use crate::author::{self, Finding};
 use crate::catalog::{Catalog, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::DENIED_FUNCTIONS;
@@ -23,6 +24,8 @@ pub struct Validated {
     pub schema_hash: u64,
     /// Every view set any of the three queries reads, sorted.
     pub reads: Vec<String>,
+    /// The author obligations it does not meet (warnings by default).
+    pub findings: Vec<Finding>,
 }
 
 const EXTRACT: &str = "extract_query";
@@ -148,10 +151,12 @@ pub fn validate_parsed(
         );
     }
 
+    let findings = author::findings(&extract, &merge, catalog);
     Ok(Validated {
         schema_hash: schema::schema_hash(&schema),
         schema,
         reads: reads.into_iter().collect(),
+        findings,
     })
 }
 

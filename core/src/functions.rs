@@ -5,13 +5,13 @@
 //!
 //! The registry never changes, so it is built once per process (per backend).
 
-use arrow_schema::{DataType, Field, FieldRef, Fields};
+use arrow_schema::{DataType, Field, Fields};
 use datafusion_common::{not_impl_err, plan_err, Result as DfResult};
 use datafusion_expr::function::AccumulatorArgs;
 use datafusion_expr::planner::ExprPlanner;
 use datafusion_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, HigherOrderUDF, ReturnFieldArgs,
-    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowUDF,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, HigherOrderUDF, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowUDF,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -62,16 +62,10 @@ fn by_name<T>(
 }
 
 fn build() -> FunctionRegistry {
-    let mut all: Vec<Arc<ScalarUDF>> = datafusion_functions::all_default_functions()
-        .into_iter()
-        .map(|f| {
-            if NULL_PROPAGATING.contains(&f.name()) {
-                Arc::new(ScalarUDF::new_from_impl(NullPropagating(f)))
-            } else {
-                f
-            }
-        })
-        .collect();
+    // DataFusion's own declarations, nullability included: micromegas
+    // plans with them (e.g. date_bin(…) is nullable, so log_stats'
+    // time_bin is).
+    let mut all: Vec<Arc<ScalarUDF>> = datafusion_functions::all_default_functions();
     all.extend(datafusion_functions_nested::all_default_nested_functions());
     all.extend(micromegas_scalars());
     let scalars = by_name(all, |f| (f.name(), f.aliases()));
@@ -156,45 +150,6 @@ pub fn histogram_type() -> DataType {
             false,
         ),
     ]))
-}
-
-/// Functions whose result is NULL only when an argument is NULL, but whose
-/// DataFusion 55 declaration marks every result nullable. micromegas infers
-/// `date_bin(…)` over non-null columns as non-null (e.g. log_stats'
-/// `time_bin`), so the planner propagates the arguments' nullability.
-const NULL_PROPAGATING: &[&str] = &["date_bin"];
-
-/// A DataFusion function whose result is nullable only when an argument is.
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct NullPropagating(Arc<ScalarUDF>);
-
-impl ScalarUDFImpl for NullPropagating {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn aliases(&self) -> &[String] {
-        self.0.aliases()
-    }
-    fn schema_name(&self, args: &[datafusion_expr::Expr]) -> DfResult<String> {
-        self.0.schema_name(args)
-    }
-    fn signature(&self) -> &Signature {
-        self.0.signature()
-    }
-    fn return_type(&self, arg_types: &[DataType]) -> DfResult<DataType> {
-        self.0.return_type(arg_types)
-    }
-    fn return_field_from_args(&self, args: ReturnFieldArgs) -> DfResult<FieldRef> {
-        let nullable = args.arg_fields.iter().any(|f| f.is_nullable());
-        let field = self.0.return_field_from_args(args)?;
-        Ok(Arc::new(field.as_ref().clone().with_nullable(nullable)))
-    }
-    fn coerce_types(&self, arg_types: &[DataType]) -> DfResult<Vec<DataType>> {
-        self.0.coerce_types(arg_types)
-    }
-    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> DfResult<ColumnarValue> {
-        self.0.invoke_with_args(args)
-    }
 }
 
 /// What a micromegas function takes in one argument position. micromegas

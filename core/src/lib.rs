@@ -5,6 +5,7 @@
 //! [`checks`] runs seed 000's CREATE-time checks, [`schema`] encodes and
 //! hashes the result. [`isolate`] runs it all on a big-stack helper thread.
 
+pub mod author;
 pub mod builtins;
 pub mod catalog;
 pub mod checks;

@@ -63,6 +63,10 @@ pub struct Prepared {
     pub reads: Vec<String>,
     /// Set only for a restored row kept as failed to load.
     pub load_error: Option<String>,
+    /// The author obligations the definition does not meet, as a JSON
+    /// array of `{check, sqlstate, message, hint}` (empty when it meets
+    /// them all, or failed to load).
+    pub warnings: serde_json::Value,
 }
 
 fn definition_from_text(text: &str) -> Result<(Definition, bool)> {
@@ -176,14 +180,14 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .parsed
         .clone()
         .and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
-    let (schema, reads, load_error) = match validated {
-        Ok(validated) => (validated.schema, validated.reads, None),
+    let (schema, reads, load_error, findings) = match validated {
+        Ok(validated) => (validated.schema, validated.reads, None, validated.findings),
         Err(e) if keep_failed && e.kind == ErrorKind::InvalidDefinition => {
             let mut reads: Vec<String> = rows.iter().map(|r| r.name.clone()).collect();
             reads.sort();
             reads.dedup();
             let reason = format!("no longer valid when restored: {}", e.message);
-            (Schema::empty().into(), reads, Some(reason))
+            (Schema::empty().into(), reads, Some(reason), Vec::new())
         }
         Err(e) => return Err(e),
     };
@@ -195,6 +199,7 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         schema_hash: schema::schema_hash_bytes(&schema).to_vec(),
         reads,
         load_error,
+        warnings: serde_json::to_value(findings).expect("findings serialize"),
     })
 }
 

@@ -531,7 +531,8 @@ async fn describe(
         .one_row(
             &state,
             "SELECT v.version, v.definition_sql, v.load_status, v.load_error, v.update_group, d.schema_ipc,
-                    coalesce((d.view_options->>'auto_refresh')::boolean, false), d.updated_by, d.updated_at::text
+                    coalesce((d.view_options->>'auto_refresh')::boolean, false), d.updated_by, d.updated_at::text,
+                    d.warnings::text
                FROM micromegas.mm_describe_view($1::text) v
                JOIN micromegas.lakehouse_view_set_definitions d ON d.view_set_name = v.view_set_name",
             &[&name],
@@ -553,6 +554,9 @@ async fn describe(
             "auto_refresh": row.get::<_, bool>(6),
             "updated_by": row.get::<_, Option<String>>(7),
             "updated_at": row.get::<_, String>(8),
+            // The view's properties (string values, as Lance properties
+            // are): the author checks' findings as a JSON array.
+            "properties": {"warnings": row.get::<_, String>(9)},
         })),
     ))
 }

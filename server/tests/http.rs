@@ -332,8 +332,30 @@ async fn every_route_over_http() {
         body["output_schema"],
         json!(expected_schema(DataType::Int32))
     );
+    assert_eq!(body["properties"]["warnings"], "[]");
+    // A view that misses an author obligation: its findings are in the
+    // properties (a JSON array as a string, like every Lance property).
+    psql(
+        "SET client_min_messages = error;
+         SELECT micromegas.mm_create_view($$CREATE MATERIALIZED VIEW http_w WITH (
+           extract_query = 'SELECT time, process_id, count(*) AS count FROM log_entries WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'' GROUP BY 1, 2',
+           count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+           merge_partitions_query = 'SELECT time, process_id, count(*) AS count FROM {source} GROUP BY 1, 2',
+           update_group = 4000, time_column = 'time')$$);",
+    )
+    .await;
+    let (status, body, _) = api
+        .post(reader, "/v1/materialized_view/http_w/describe", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let warnings: Value =
+        serde_json::from_str(body["properties"]["warnings"].as_str().unwrap()).unwrap();
+    assert_eq!(warnings[0]["check"], "non_composable_merge", "{warnings}");
+    assert_eq!(warnings[0]["sqlstate"], "01M01", "{warnings}");
+    psql("SELECT micromegas.mm_drop_view('http_w')").await;
 
     // List with stable paging.
+
     for name in ["http_c", "http_d"] {
         let (status, body, _) = api
             .post(

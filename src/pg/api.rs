@@ -29,7 +29,7 @@ const CATALOG_ROWS_QUERY: &str = "
       FROM micromegas.builtin_view_sets b
      WHERE b.view_set_name = ANY ($1)
     UNION ALL
-    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'materialized',
+    SELECT d.view_set_name, d.schema_ipc, d.update_group, 'defined',
            CASE WHEN d.load_status = 'failed' THEN coalesce(d.load_error, 'failed to load') END
       FROM micromegas.lakehouse_view_set_definitions d
      WHERE d.view_set_name = ANY ($1) AND d.view_set_name <> $2";
@@ -62,6 +62,7 @@ fn catalog_rows(names: &[String], own: &str) -> Vec<CatalogRow> {
                 kind: match kind.as_str() {
                     "raw" => SourceKind::Raw,
                     "instance_only" => SourceKind::InstanceOnly,
+                    "defined" => SourceKind::Defined,
                     _ => SourceKind::Materialized,
                 },
                 load_error: row.get(5)?,
@@ -221,6 +222,7 @@ mod micromegas {
             name!(schema_hash, Vec<u8>),
             name!(reads, Vec<String>),
             name!(load_error, Option<String>),
+            name!(warnings, JsonB),
         ),
     > {
         let row = RowInput {
@@ -248,6 +250,7 @@ mod micromegas {
             prepared.schema_hash,
             prepared.reads,
             prepared.load_error,
+            JsonB(prepared.warnings),
         ))
     }
 
@@ -285,7 +288,7 @@ mod micromegas {
                 name,
                 schema_ipc: Some(schema_ipc),
                 update_group: Some(group),
-                kind: SourceKind::Materialized,
+                kind: SourceKind::Defined,
                 load_error,
             })
             .collect();

@@ -9,7 +9,12 @@
 //! | `micromegas_views.job_lease` | superusers only | 5min | 1s – 1d |
 //! | `micromegas_views.job_max_attempts` | superusers only | 3 | 1 – 100 |
 //! | `micromegas_views.adopt_existing_roles` | superusers only | off | on/off |
+//! | `micromegas_views.author_checks` | any role, per session | warn | off, warn, error |
 //!
+//! The author checks apply at the stricter of `author_checks` and what an
+//! admin required for the database or the writing role
+//! (`micromegas.mm_require_author_checks`, kept in a table): a session may
+//! make them stricter, never more lenient than required.
 //! The first two bound work; neither switches a check off. The file
 //! retention protects readers of a retired partition's file, so an ordinary
 //! role may not shorten it; the job settings decide when a job may run
@@ -20,7 +25,7 @@
 //! bounds memory as well as time, so only a superuser may raise it.
 
 use micromegas_views_core::planner::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
-use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting};
+use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::time::Duration;
 
 static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
@@ -30,6 +35,19 @@ static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 static JOB_LEASE_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(3);
 static ADOPT_EXISTING_ROLES: GucSetting<bool> = GucSetting::<bool>::new(false);
+
+/// What a definition that misses an author obligation gets, from the most
+/// lenient to the strictest (the variants' order is their strictness).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, PostgresGucEnum)]
+#[allow(non_camel_case_types)]
+pub enum AuthorChecks {
+    off,
+    warn,
+    error,
+}
+
+static AUTHOR_CHECKS: GucSetting<AuthorChecks> =
+    GucSetting::<AuthorChecks>::new(AuthorChecks::warn);
 
 pub fn register() {
     GucRegistry::define_int_guc(
@@ -100,6 +118,19 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_enum_guc(
+        c"micromegas_views.author_checks",
+        c"What a definition that misses an author obligation gets: off, warn (a WARNING, class 01) or error (refused, class 42).",
+        c"The checks: non_composable_merge, double_count_without_range, range_filter_column. The level applied is the stricter of this and what micromegas.mm_require_author_checks() required for the database or the writing role.",
+        &AUTHOR_CHECKS,
+        GucContext::Userset,
+        GucFlags::default(),
+    );
+}
+
+/// `micromegas_views.author_checks`: the session's author-check level.
+pub fn author_checks() -> AuthorChecks {
+    AUTHOR_CHECKS.get()
 }
 
 /// `micromegas_views.job_lease`, in seconds.
@@ -151,5 +182,15 @@ mod micromegas {
     #[pg_extern(stable, parallel_safe, name = "_mm_job_max_attempts")]
     fn job_max_attempts() -> i32 {
         super::job_max_attempts()
+    }
+
+    /// The session's author-check level (`off`, `warn` or `error`).
+    #[pg_extern(stable, parallel_safe, name = "_mm_author_checks")]
+    fn author_checks() -> &'static str {
+        match super::author_checks() {
+            super::AuthorChecks::off => "off",
+            super::AuthorChecks::warn => "warn",
+            super::AuthorChecks::error => "error",
+        }
     }
 }
