@@ -16,7 +16,7 @@ q() { psql -X -q -v ON_ERROR_STOP=1 -d "$1" "${@:2}"; }
 snapshot() {
   psql -X -A -t -v ON_ERROR_STOP=1 -d "$1" -c "
     SELECT view_set_name, definition_sql, update_group, view_options, reads,
-           created_at, updated_at, updated_by, load_status,
+           created_at, updated_at, updated_by, load_status, warnings,
            -- a failed row is validated again on restore: its schema and
            -- reason are fresh (checked below), everything else is kept
            CASE WHEN load_status = 'ok' THEN encode(schema_hash, 'hex') || ' ' || coalesce(load_error, '') END
@@ -36,7 +36,8 @@ snapshot() {
       FROM micromegas.audience_grants ORDER BY 1, 2, 3" -c "
     SELECT * FROM micromegas.lakehouse_partitions ORDER BY view_set_name, view_instance_id, begin_insert_time" -c "
     SELECT * FROM micromegas.temporary_files ORDER BY file_path" -c "
-    SELECT * FROM micromegas.jobs ORDER BY created_at"
+    SELECT * FROM micromegas.jobs ORDER BY created_at" -c "
+    SELECT * FROM micromegas.author_check_requirements ORDER BY applies_to"
 }
 # The history: a restore adds rows (restoring the definitions is writing
 # them), but keeps every dumped one.
@@ -96,6 +97,17 @@ SELECT micromegas.mm_finish_job(job_id, lease_token, false, 'extract', 'timed ou
 -- then the service drops a column hosts reads: hosts is marked failed
 SELECT * FROM micromegas.mm_register_builtin_view_set('static_hosts',
   '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
+-- a view with an author-check finding, then the checks required at error
+-- for everyone: the restore (a superuser loading rows) must neither refuse
+-- nor warn about it
+SET micromegas_views.author_checks = off;
+SELECT * FROM micromegas.mm_create_view($$CREATE MATERIALIZED VIEW w_counted WITH (
+  extract_query = $q$SELECT date_bin('1 hour', time) AS hour, process_id, count(*) AS count FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}' GROUP BY 1, 2$q$,
+  count_src_query = $q$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'$q$,
+  merge_partitions_query = 'SELECT hour, process_id, count(*) AS count FROM {source} GROUP BY 1, 2',
+  update_group = 4000, time_column = 'hour')$$);
+RESET micromegas_views.author_checks;
+SELECT * FROM micromegas.mm_require_author_checks('error');
 SQL
 q mmv_dump_b -c "SELECT * FROM micromegas.mm_drop_view('log_stats')"
 
@@ -103,7 +115,11 @@ status=0
 for pair in "a" "b"; do
   "$PG_BIN/pg_dump" -Fc -d "mmv_dump_$pair" -f "$work/$pair.dump"
   PGOPTIONS="-c micromegas_views.adopt_existing_roles=on" \
-    "$PG_BIN/pg_restore" --exit-on-error -d "mmv_restore_$pair" "$work/$pair.dump"
+    "$PG_BIN/pg_restore" --exit-on-error -d "mmv_restore_$pair" "$work/$pair.dump" 2>"$work/$pair.restore.log" \
+    || { cat "$work/$pair.restore.log"; status=1; }
+  if grep -q "Author check" "$work/$pair.restore.log"; then
+    echo "dump/restore $pair: the restore raised author-check findings:"; cat "$work/$pair.restore.log"; status=1
+  fi
   snapshot "mmv_dump_$pair" >"$work/$pair.before"
   snapshot "mmv_restore_$pair" >"$work/$pair.after"
   if diff -u "$work/$pair.before" "$work/$pair.after"; then
@@ -132,7 +148,9 @@ check mmv_restore_a "SELECT load_error FROM micromegas.lakehouse_view_set_defini
   "no longer valid when restored: extract_query does not plan: No field named host."
 check mmv_restore_a "SELECT schema_json FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'hosts'" '{"fields": []}'
 check mmv_restore_a "SELECT definition_sql LIKE '%5 minutes%' FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'" t
-check mmv_restore_a "SELECT string_agg(view_set_name, ',' ORDER BY position) FROM micromegas.mm_materialization_order() WHERE origin = 'ddl'" "log_stats,z_daily,a_weekly"
+check mmv_restore_a "SELECT string_agg(view_set_name, ',' ORDER BY position) FROM micromegas.mm_materialization_order() WHERE origin = 'ddl'" "log_stats,w_counted,z_daily,a_weekly"
+check mmv_restore_a "SELECT jsonb_path_query_array(warnings, '\$[*].check')::text FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'w_counted'" '["non_composable_merge"]'
+check mmv_restore_a "SELECT applies_to || ' ' || level FROM micromegas.author_check_requirements" "* error"
 check mmv_restore_b "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'" 0
 check mmv_restore_b "SELECT count(*) FROM micromegas.removed_shipped_rows" 1
 check mmv_restore_a "SELECT count(*) || ' ' || min(created_by) FROM micromegas.query_deny_list" "1 oncall@example.com"

@@ -18,7 +18,10 @@
 -- * date_bin(...) is nullable, as DataFusion declares it and micromegas
 --   infers it (log_stats' time_bin): every stored definition is validated
 --   again, so its stored schema follows (the schema hash leaves nullability
---   out, so no hash changes) and its warnings are filled in.
+--   out, so no hash changes) and its warnings are filled in;
+-- * list_view_set_definitions() and mm_explain_view() return a new column:
+--   they are dropped and created again, so a view of yours that selects
+--   from them must be dropped before the update (it refuses otherwise).
 
 --@rust _mm_check_definition_with
 
@@ -31,6 +34,8 @@ DROP FUNCTION micromegas._mm_prepare_definition(text, text, text, text, text, in
 ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN warnings jsonb NOT NULL DEFAULT '[]';
 --@verbatim schema.sql:author_check_requirements
 SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements', '');
+
+--@new CREATE FUNCTION micromegas._mm_requirement_binds(
 
 --@new CREATE FUNCTION micromegas._mm_author_check_level(
 
@@ -141,14 +146,34 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
 -- Every stored definition validated again, in materialization order, as the
 -- extension's own re-check (its timestamps and actor kept): date_bin's
 -- nullability reaches the stored schemas, and the findings their warnings.
--- One whose dependents' schemas move rewrites them too.
-SELECT micromegas._mm_intent_begin('recheck', NULL);
-UPDATE micromegas.lakehouse_view_set_definitions d
-   SET definition_sql = d.definition_sql, load_status = 'ok'
-  FROM (SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
-         WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name) o
- WHERE d.view_set_name = o.view_set_name;
-SELECT micromegas._mm_intent_end('recheck');
+-- One whose dependents' schemas move rewrites them too. One that no longer
+-- validates here (e.g. it was created under a higher max_plan_nodes) is
+-- marked failed to load with the reason, as a re-check marks it, instead
+-- of stopping the upgrade.
+DO $upgrade$
+DECLARE
+  d record;
+  problem text;
+BEGIN
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
+  FOR d IN SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
+            WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name LOOP
+    BEGIN
+      UPDATE micromegas.lakehouse_view_set_definitions x
+         SET definition_sql = x.definition_sql, load_status = 'ok'
+       WHERE x.view_set_name = d.view_set_name AND x.load_status = 'ok';
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      UPDATE micromegas.lakehouse_view_set_definitions x
+         SET load_status = 'failed', load_error = format('no longer valid when upgraded to 0.1.6: %s', problem)
+       WHERE x.view_set_name = d.view_set_name;
+      RAISE WARNING 'micromegas_views 0.1.6: materialized view "%" no longer validates and is marked failed to load: %',
+        d.view_set_name, problem;
+    END;
+  END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+END
+$upgrade$;
 
 -- Privileges, from the matrix (a new function and table in it).
 --@replace CREATE FUNCTION micromegas.mm_privilege_matrix()

@@ -68,6 +68,22 @@ SELECT * FROM micromegas.deny_queries($$client = 'old'$$, 'kept');
 SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromegas.query_deny_list), '2024-05-01');
 SQL
   fi
+  if [ "$from" = 0.1.5 ]; then
+    # 0.1.5 stored log_stats' time_bin as not null (its date_bin wrapper);
+    # the install above ran on this build, which infers it nullable, so
+    # the 0.1.5 form is written back (triggers off) for the upgrade to fix.
+    q "$db" >/dev/null <<'SQL'
+SET session_replication_role = replica;
+UPDATE micromegas.lakehouse_view_set_definitions d
+   SET schema_ipc = f.schema_ipc, schema_json = f.schema_json
+  FROM micromegas.lakehouse_view_set_definitions o,
+       LATERAL micromegas._mm_schema_forms(jsonb_set(o.schema_json, '{fields,0,nullable}', 'false')::text) f
+ WHERE o.view_set_name = 'log_stats' AND d.view_set_name = 'log_stats'
+   AND o.schema_json->'fields'->0->>'name' = 'time_bin';
+SQL
+    got=$(q "$db" -c "SELECT schema_json->'fields'->0->>'nullable' FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'")
+    [ "$got" = false ] || { echo "upgrade from 0.1.5: could not write the 0.1.5 schema form ($got)"; status=1; }
+  fi
   rows "$db" >"$MMV_RUN/upgrade.$from.before"
   if [ $needs_gist = no ]; then
     # The update needs btree_gist, which an UPDATE does not install: refused

@@ -490,6 +490,9 @@ $$;
 -- Makes the author checks at least `level` (warn or error; off lifts the
 -- requirement) for every role of this database, or for the members of
 -- `role_name`: what micromegas_views.author_checks can no longer relax.
+-- Raising is any admin's; lowering or lifting a requirement is refused to
+-- those it binds (superusers excepted). Kept by role name: renaming the
+-- role lifts it, re-creating the name brings it back.
 CREATE FUNCTION micromegas.mm_require_author_checks(level text, role_name text DEFAULT NULL)
 RETURNS TABLE (applies_to text, required_level text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -504,6 +507,16 @@ BEGIN
   END IF;
   IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
     RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object';
+  END IF;
+  -- A requirement binds its own members: only someone it does not bind
+  -- (or a superuser) may lower or lift it.
+  IF (CASE level WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END)
+       < (SELECT CASE r.level WHEN 'error' THEN 2 ELSE 1 END FROM micromegas.author_check_requirements r WHERE r.applies_to = target)
+     AND micromegas._mm_requirement_binds(target) AND NOT micromegas._mm_caller_is_superuser() THEN
+    RAISE EXCEPTION 'mm_require_author_checks: a requirement that binds you cannot be lowered by you'
+      USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('The requirement for %s applies to your role.', CASE WHEN target = '*' THEN 'every role' ELSE format('the members of %I', target) END),
+            HINT = 'An admin it does not bind, or a superuser, may lower or lift it.';
   END IF;
   IF level = 'off' THEN
     DELETE FROM micromegas.author_check_requirements r WHERE r.applies_to = target;

@@ -18,7 +18,10 @@
 -- * date_bin(...) is nullable, as DataFusion declares it and micromegas
 --   infers it (log_stats' time_bin): every stored definition is validated
 --   again, so its stored schema follows (the schema hash leaves nullability
---   out, so no hash changes) and its warnings are filled in.
+--   out, so no hash changes) and its warnings are filled in;
+-- * list_view_set_definitions() and mm_explain_view() return a new column:
+--   they are dropped and created again, so a view of yours that selects
+--   from them must be dropped before the update (it refuses otherwise).
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -81,6 +84,17 @@ CREATE TABLE micromegas.author_check_requirements (
 );
 SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements', '');
 
+CREATE FUNCTION micromegas._mm_requirement_binds(applies_to text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  -- Granted memberships only: a superuser is not a member of every role.
+  SELECT $1 = '*' OR EXISTS (
+    WITH RECURSIVE member_of(roleid) AS (
+      SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname IN (session_user, micromegas._mm_caller())
+      UNION
+      SELECT a.roleid FROM pg_catalog.pg_auth_members a JOIN member_of m ON a.member = m.roleid)
+    SELECT 1 FROM member_of m JOIN pg_catalog.pg_roles g ON g.oid = m.roleid WHERE g.rolname = $1)
+$$;
+
 CREATE FUNCTION micromegas._mm_author_check_level() RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -90,9 +104,7 @@ BEGIN
   IF rank < 2 THEN
     SELECT max(CASE r.level WHEN 'error' THEN 2 ELSE 1 END) INTO required
       FROM micromegas.author_check_requirements r
-     WHERE r.applies_to = '*'
-        OR (EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = r.applies_to)
-            AND pg_catalog.pg_has_role(micromegas._mm_caller(), r.applies_to, 'MEMBER'));
+     WHERE micromegas._mm_requirement_binds(r.applies_to);
     rank := greatest(rank, coalesce(required, 0));
   END IF;
   RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
@@ -112,7 +124,7 @@ BEGIN
     IF level = 'error' THEN
       RAISE EXCEPTION 'materialized view "%": %', name, f->>'message'
         USING ERRCODE = '42' || substr(f->>'sqlstate', 3),
-              DETAIL = format('Author check %s; micromegas_views.author_checks is error.', f->>'check'),
+              DETAIL = format('Author check %s; the level in force is error (micromegas_views.author_checks, or a requirement in micromegas.author_check_requirements).', f->>'check'),
               HINT = f->>'hint';
     END IF;
     RAISE WARNING 'materialized view "%": %', name, f->>'message'
@@ -135,6 +147,16 @@ BEGIN
   END IF;
   IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
     RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object';
+  END IF;
+  -- A requirement binds its own members: only someone it does not bind
+  -- (or a superuser) may lower or lift it.
+  IF (CASE level WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END)
+       < (SELECT CASE r.level WHEN 'error' THEN 2 ELSE 1 END FROM micromegas.author_check_requirements r WHERE r.applies_to = target)
+     AND micromegas._mm_requirement_binds(target) AND NOT micromegas._mm_caller_is_superuser() THEN
+    RAISE EXCEPTION 'mm_require_author_checks: a requirement that binds you cannot be lowered by you'
+      USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('The requirement for %s applies to your role.', CASE WHEN target = '*' THEN 'every role' ELSE format('the members of %I', target) END),
+            HINT = 'An admin it does not bind, or a superuser, may lower or lift it.';
   END IF;
   IF level = 'off' THEN
     DELETE FROM micromegas.author_check_requirements r WHERE r.applies_to = target;
@@ -363,8 +385,9 @@ BEGIN
   NEW.load_error := p.load_error;
   NEW.warnings := p.warnings;
   -- The author of this write hears of the obligations it misses; the
-  -- extension's own re-checks and loads do not raise them again.
-  IF intent IS NULL OR intent IN ('replace', 'restore') THEN
+  -- extension's own re-checks and loads, and pg_restore's rows, do not
+  -- raise them again.
+  IF NOT keep_given AND (intent IS NULL OR intent IN ('replace', 'restore')) THEN
     PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
   END IF;
   -- The Postgres role that made the change: no setting can change it.
@@ -1285,14 +1308,34 @@ $$;
 -- Every stored definition validated again, in materialization order, as the
 -- extension's own re-check (its timestamps and actor kept): date_bin's
 -- nullability reaches the stored schemas, and the findings their warnings.
--- One whose dependents' schemas move rewrites them too.
-SELECT micromegas._mm_intent_begin('recheck', NULL);
-UPDATE micromegas.lakehouse_view_set_definitions d
-   SET definition_sql = d.definition_sql, load_status = 'ok'
-  FROM (SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
-         WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name) o
- WHERE d.view_set_name = o.view_set_name;
-SELECT micromegas._mm_intent_end('recheck');
+-- One whose dependents' schemas move rewrites them too. One that no longer
+-- validates here (e.g. it was created under a higher max_plan_nodes) is
+-- marked failed to load with the reason, as a re-check marks it, instead
+-- of stopping the upgrade.
+DO $upgrade$
+DECLARE
+  d record;
+  problem text;
+BEGIN
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
+  FOR d IN SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
+            WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name LOOP
+    BEGIN
+      UPDATE micromegas.lakehouse_view_set_definitions x
+         SET definition_sql = x.definition_sql, load_status = 'ok'
+       WHERE x.view_set_name = d.view_set_name AND x.load_status = 'ok';
+    EXCEPTION WHEN OTHERS THEN
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      UPDATE micromegas.lakehouse_view_set_definitions x
+         SET load_status = 'failed', load_error = format('no longer valid when upgraded to 0.1.6: %s', problem)
+       WHERE x.view_set_name = d.view_set_name;
+      RAISE WARNING 'micromegas_views 0.1.6: materialized view "%" no longer validates and is marked failed to load: %',
+        d.view_set_name, problem;
+    END;
+  END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+END
+$upgrade$;
 
 -- Privileges, from the matrix (a new function and table in it).
 CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()

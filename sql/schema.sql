@@ -263,9 +263,22 @@ CREATE TABLE micromegas.author_check_requirements (
 );
 -- </author_check_requirements>
 
+-- Whether a requirement binds this session: one for everyone, or for a
+-- role the session's user or its current role (after SET ROLE) is, or is a
+-- granted member of — switching roles does not shed a requirement.
+CREATE FUNCTION micromegas._mm_requirement_binds(applies_to text) RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  -- Granted memberships only: a superuser is not a member of every role.
+  SELECT $1 = '*' OR EXISTS (
+    WITH RECURSIVE member_of(roleid) AS (
+      SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname IN (session_user, micromegas._mm_caller())
+      UNION
+      SELECT a.roleid FROM pg_catalog.pg_auth_members a JOIN member_of m ON a.member = m.roleid)
+    SELECT 1 FROM member_of m JOIN pg_catalog.pg_roles g ON g.oid = m.roleid WHERE g.rolname = $1)
+$$;
+
 -- The author-check level in force for this write: the stricter of the
--- session's setting and what is required of the writing role (the role
--- running the statement, or any role it is a member of) or of everyone.
+-- session's setting and every requirement that binds it.
 CREATE FUNCTION micromegas._mm_author_check_level() RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -275,9 +288,7 @@ BEGIN
   IF rank < 2 THEN
     SELECT max(CASE r.level WHEN 'error' THEN 2 ELSE 1 END) INTO required
       FROM micromegas.author_check_requirements r
-     WHERE r.applies_to = '*'
-        OR (EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = r.applies_to)
-            AND pg_catalog.pg_has_role(micromegas._mm_caller(), r.applies_to, 'MEMBER'));
+     WHERE micromegas._mm_requirement_binds(r.applies_to);
     rank := greatest(rank, coalesce(required, 0));
   END IF;
   RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
@@ -301,7 +312,7 @@ BEGIN
     IF level = 'error' THEN
       RAISE EXCEPTION 'materialized view "%": %', name, f->>'message'
         USING ERRCODE = '42' || substr(f->>'sqlstate', 3),
-              DETAIL = format('Author check %s; micromegas_views.author_checks is error.', f->>'check'),
+              DETAIL = format('Author check %s; the level in force is error (micromegas_views.author_checks, or a requirement in micromegas.author_check_requirements).', f->>'check'),
               HINT = f->>'hint';
     END IF;
     RAISE WARNING 'materialized view "%": %', name, f->>'message'
@@ -518,8 +529,9 @@ BEGIN
   NEW.load_error := p.load_error;
   NEW.warnings := p.warnings;
   -- The author of this write hears of the obligations it misses; the
-  -- extension's own re-checks and loads do not raise them again.
-  IF intent IS NULL OR intent IN ('replace', 'restore') THEN
+  -- extension's own re-checks and loads, and pg_restore's rows, do not
+  -- raise them again.
+  IF NOT keep_given AND (intent IS NULL OR intent IN ('replace', 'restore')) THEN
     PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
   END IF;
   -- The Postgres role that made the change: no setting can change it.

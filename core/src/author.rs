@@ -70,7 +70,39 @@ struct Aggregate {
     column: Option<String>,
 }
 
+/// The columns the query's output is computed from: those the top
+/// projection (under any sort, limit or distinct) refers to. `None` when
+/// the plan has no such projection (the caller then stays silent).
+fn output_inputs(plan: &LogicalPlan) -> Option<BTreeSet<String>> {
+    let mut node = plan;
+    loop {
+        match node {
+            LogicalPlan::Projection(p) => {
+                let mut names = BTreeSet::new();
+                for e in &p.expr {
+                    let _ = e.apply(|x| {
+                        if let Expr::Column(c) = x {
+                            names.insert(c.name.clone());
+                        }
+                        Ok(TreeNodeRecursion::Continue)
+                    });
+                }
+                return Some(names);
+            }
+            LogicalPlan::Sort(_) | LogicalPlan::Limit(_) | LogicalPlan::Distinct(_) => {
+                node = node.inputs().into_iter().next()?;
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// The aggregate calls whose results the query outputs (an aggregate used
+/// only in HAVING, or inside a subquery of a filter, is left out).
 fn aggregates(plan: &LogicalPlan) -> Vec<Aggregate> {
+    let Some(output) = output_inputs(plan) else {
+        return Vec::new();
+    };
     // Output names: a projection's `<aggregate column> AS name`.
     let mut names: HashMap<String, String> = HashMap::new();
     let mut found = Vec::new();
@@ -120,6 +152,7 @@ fn aggregates(plan: &LogicalPlan) -> Vec<Aggregate> {
     });
     found
         .into_iter()
+        .filter(|(_, _, schema_name, _)| output.contains(schema_name))
         .map(|(function, distinct, schema_name, text)| Aggregate {
             column: names.get(&schema_name).cloned(),
             function,
@@ -148,7 +181,16 @@ fn readable(text: &str) -> String {
             "Float64", "Utf8", "Boolean",
         ]
         .contains(&word);
-        if literal && after.starts_with('(') {
+        if literal && after.starts_with("(\"") {
+            // a string literal: up to its closing quote and parenthesis
+            if let Some(close) = after.find("\")") {
+                out.push('\'');
+                out.push_str(&after[2..close]);
+                out.push('\'');
+                rest = &after[close + 2..];
+                continue;
+            }
+        } else if literal && after.starts_with('(') {
             if let Some(close) = after.find(')') {
                 out.push_str(&after[1..close]);
                 rest = &after[close + 1..];
@@ -168,7 +210,7 @@ fn unqualified(text: &str) -> String {
     let mut word = String::new();
     let mut quoted = false;
     for ch in text.chars() {
-        if ch == '\'' {
+        if ch == '\'' || ch == '"' {
             quoted = !quoted;
         }
         if !quoted && (ch.is_ascii_alphanumeric() || ch == '_') {
@@ -220,7 +262,11 @@ fn non_composable_merge(merge: &LogicalPlan) -> Vec<Finding> {
         if !seen.insert(a.text.clone()) {
             continue;
         }
-        let (why, hint) = if a.distinct {
+        let order_only = matches!(
+            a.function.as_str(),
+            "min" | "max" | "bool_and" | "bool_or" | "first_value" | "last_value"
+        );
+        let (why, hint) = if a.distinct && !order_only {
             (
                 format!("{} does not compose: the distinct values of several partitions overlap", a.function),
                 "Keep the distinct values at the extract's grain (GROUP BY them) and count when reading, or use approx_distinct's sketch outside the view.".to_string(),
@@ -421,33 +467,34 @@ fn range_filter_column(ranges: &BTreeSet<(String, String)>, catalog: &Catalog) -
     for (table, column) in ranges {
         by_table.entry(table).or_default().insert(column);
     }
+    let ingested = |table: &str| {
+        catalog.get(table).is_some_and(|e| {
+            matches!(e.kind, SourceKind::Raw | SourceKind::Materialized)
+                && e.schema.field_with_name("insert_time").is_ok()
+        })
+    };
+    // One ingested source bounded on its insert_time: the query's range is
+    // right, and bounds on other tables (a dimension joined in) are the
+    // author's business.
+    if by_table
+        .iter()
+        .any(|(table, columns)| ingested(table) && columns.contains("insert_time"))
+    {
+        return Vec::new();
+    }
     let mut out = Vec::new();
     for (table, columns) in by_table {
-        let Some(entry) = catalog.get(table) else {
+        if !ingested(table) {
+            // A view defined here: whether a column is its time column is
+            // not known here; silent.
             continue;
-        };
-        let has_insert_time = entry.schema.field_with_name("insert_time").is_ok();
-        match entry.kind {
-            SourceKind::Raw | SourceKind::Materialized if has_insert_time => {
-                if columns.contains("insert_time") {
-                    continue;
-                }
-                for column in columns {
-                    out.push(finding(
-                        RANGE_FILTER_COLUMN,
-                        format!("extract_query bounds {table}.{column} by {{begin}}/{{end}}, but {table} is ingested data: its range is insert_time, when a row arrived"),
-                        format!("Filter {table} on insert_time >= '{{begin}}' AND insert_time < '{{end}}': rows that arrive late for an earlier {column} are otherwise never materialized."),
-                    ));
-                }
-            }
-            SourceKind::Defined if columns.contains("insert_time") => {
-                out.push(finding(
-                    RANGE_FILTER_COLUMN,
-                    format!("extract_query bounds {table}.insert_time by {{begin}}/{{end}}, but {table} is a materialized view, whose insert_time is not when its rows arrived"),
-                    format!("Filter {table} on its time column with '{{begin}}' and '{{end}}'."),
-                ));
-            }
-            _ => {}
+        }
+        for column in columns {
+            out.push(finding(
+                RANGE_FILTER_COLUMN,
+                format!("extract_query bounds {table}.{column} by {{begin}}/{{end}}, but {table} is ingested data: its range is insert_time, when a row arrived"),
+                format!("Filter {table} on insert_time >= '{{begin}}' AND insert_time < '{{end}}': rows that arrive late for an earlier {column} are otherwise never materialized."),
+            ));
         }
     }
     out

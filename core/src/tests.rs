@@ -993,8 +993,9 @@ fn range_filter_column_fires_on_event_time_of_ingested_data() {
 }
 
 #[test]
-fn range_filter_column_fires_on_insert_time_of_a_view_defined_here() {
-    // A view defined here whose output has an insert_time column.
+fn range_filter_column_is_silent_on_views_defined_here_and_joined_dimensions() {
+    // A view defined here whose time column happens to be named insert_time:
+    // whether a column is its time column is not known, so nothing is said.
     let mut catalog = builtin_catalog();
     let with_insert_time = statement(
         "arrivals",
@@ -1012,29 +1013,40 @@ fn range_filter_column_fires_on_insert_time_of_a_view_defined_here() {
         kind: SourceKind::Defined,
         load_error: None,
     });
-    let over = |filter: &str| {
-        statement(
-            "over_arrivals",
-            &[
-                ("extract_query", &format!("SELECT time_bin, target, sum(count) AS count, audience FROM arrivals WHERE {filter} GROUP BY time_bin, target, audience")),
-                ("update_group", "5000"),
-            ],
-        )
-    };
-    let found = findings_of(
-        &over("insert_time >= '{begin}' AND insert_time < '{end}'"),
-        &catalog,
+    let over = statement(
+        "over_arrivals",
+        &[
+            ("extract_query", "SELECT time_bin, target, sum(count) AS count, audience FROM arrivals WHERE insert_time >= '{begin}' AND insert_time < '{end}' GROUP BY time_bin, target, audience"),
+            ("update_group", "5000"),
+        ],
     );
+    assert_eq!(findings_of(&over, &catalog), []);
+    // The fact table bounded on insert_time, a dimension joined in bounded
+    // on its own time: the range is right.
+    let joined = "SELECT date_bin('1 minute', l.time) AS time_bin, l.target, count(*) AS count, arrow_cast(max(l.audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries l JOIN processes p ON p.process_id = l.process_id WHERE l.insert_time >= '{begin}' AND l.insert_time < '{end}' AND p.start_time < '{end}' GROUP BY 1, 2";
+    assert_eq!(findings(&[("extract_query", joined)]), []);
+}
+
+#[test]
+fn non_composable_merge_is_silent_on_order_aggregates_and_filters() {
+    // max(DISTINCT …) composes; an aggregate used only in HAVING does not
+    // reach the output.
+    for merge in [
+        "SELECT time_bin, target, max(DISTINCT count) AS count, audience FROM {source} GROUP BY time_bin, target, audience",
+        "SELECT time_bin, target, sum(count) AS count, audience FROM {source} GROUP BY time_bin, target, audience HAVING count(*) >= 1",
+    ] {
+        assert_eq!(findings(&[("merge_partitions_query", merge)]), [], "{merge}");
+    }
+    // inside an expression, still reported (without its column)
+    let found = findings(&[
+        ("extract_query", EXTRACT_MEAN),
+        ("merge_partitions_query", "SELECT time_bin, target, sum(mean_level) / count(*) AS mean_level, sum(levels) AS levels, audience FROM {source} GROUP BY time_bin, target, audience"),
+    ]);
     assert_eq!(found.len(), 1, "{found:?}");
-    assert_eq!(
-        found[0].1,
-        "extract_query bounds arrivals.insert_time by {begin}/{end}, but arrivals is a materialized view, whose insert_time is not when its rows arrived"
-    );
-    assert_eq!(
-        findings_of(
-            &over("time_bin >= '{begin}' AND time_bin < '{end}'"),
-            &catalog
-        ),
-        []
+    assert!(
+        found[0]
+            .1
+            .starts_with("merge_partitions_query computes count(*) over partitions"),
+        "{found:?}"
     );
 }

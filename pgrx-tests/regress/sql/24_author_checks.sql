@@ -13,7 +13,7 @@ LANGUAGE sql AS $f$
 $f$;
 -- A fresh install's definitions (log_stats) meet every obligation.
 SELECT view_set_name, warnings FROM micromegas.list_view_set_definitions() WHERE view_set_name = 'log_stats';
-\set VERBOSITY verbose
+-- (the SQLSTATEs are in the stored findings, shown below)
 \set SHOW_CONTEXT never
 \set counted '$q$SELECT date_bin(''1 minute'', time) AS time_bin, process_id, count(*) AS count FROM log_entries WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'' GROUP BY 1, 2$q$'
 
@@ -52,7 +52,6 @@ SELECT status FROM micromegas.mm_create_view(ac_view('ac_event_time',
 SELECT status FROM micromegas.mm_create_view(ac_view('ac_over_view',
   $q$SELECT date_bin('1 hour', time_bin) AS time_bin, process_id, sum(count) AS count FROM ac_merge_sum WHERE time_bin >= '{begin}' AND time_bin < '{end}' GROUP BY 1, 2$q$,
   'SELECT time_bin, process_id, sum(count) AS count FROM {source} GROUP BY 1, 2', 5000));
-\set VERBOSITY default
 
 -- What each view carries: list_view_set_definitions() and mm_explain_view.
 SELECT view_set_name, jsonb_path_query_array(warnings, '$[*].check') AS checks
@@ -93,13 +92,30 @@ SELECT sqlstate, message FROM mmv_try(format('SELECT micromegas.mm_create_view(%
 SET ROLE ac_lenient;
 SELECT sqlstate FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', ac_view('ac_by_lenient', :counted,
   'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2')));
+-- Switching roles does not shed it: a login member of ac_strict acting as
+-- plain micromegas_admin is still bound.
+RESET ROLE;
+CREATE ROLE ac_alice LOGIN IN ROLE ac_strict, micromegas_admin;
+SET SESSION AUTHORIZATION ac_alice;
+SET ROLE micromegas_admin;
+SET micromegas_views.author_checks = off;
+SELECT sqlstate FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', ac_view('ac_by_alice', :counted,
+  'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2')));
+-- Nor can those it binds lower it.
+SELECT sqlstate, message, detail FROM mmv_try($$SELECT micromegas.mm_require_author_checks('off', 'ac_strict')$$);
+RESET ROLE;
+RESET SESSION AUTHORIZATION;
+SET ROLE ac_lenient;
 -- for the whole database: nobody's session gets below warn
 SELECT * FROM micromegas.mm_require_author_checks('warn');
-SET ROLE ac_strict;
+-- an admin it does not bind lifts ac_strict's
 SELECT * FROM micromegas.mm_require_author_checks('off', 'ac_strict');
+SET ROLE ac_strict;
 SET micromegas_views.author_checks = off;
 SELECT status FROM micromegas.mm_create_view(ac_view('ac_by_strict', :counted,
   'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2'));
+-- the database's requirement binds everyone: only a superuser lifts it
+SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_require_author_checks('off')$$);
 RESET ROLE;
 RESET micromegas_views.author_checks;
 SELECT * FROM micromegas.mm_require_author_checks('off');
@@ -114,5 +130,5 @@ SELECT count(*) AS dropped FROM micromegas.lakehouse_view_set_definitions d,
        LATERAL micromegas.mm_drop_view(d.view_set_name::micromegas.view_set_name)
  WHERE d.view_set_name LIKE 'ac\_%' AND d.view_set_name <> 'ac_merge_sum';
 SELECT count(*) AS dropped FROM micromegas.mm_drop_view('ac_merge_sum'::micromegas.view_set_name);
-DROP ROLE ac_strict, ac_lenient, ac_reader;
+DROP ROLE ac_alice, ac_strict, ac_lenient, ac_reader;
 DROP FUNCTION ac_view(text, text, text, int);
