@@ -12,11 +12,11 @@
 //! another lease) is reported as [`Ran::LeaseLost`], whether a heartbeat or
 //! the finish found out, and the worker goes on with the next job.
 
-use crate::{connection_config, forward_notifications, in_recovery};
+use crate::{connection, forward_notifications, in_recovery};
 use std::future::Future;
 use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 pub const JOBS_CHANNEL: &str = "micromegas_jobs";
 
@@ -240,7 +240,8 @@ impl JobWorker {
         F: Fn(Job, JobContext) -> Fut,
         Fut: Future<Output = JobOutcome>,
     {
-        let (client, connection) = connection_config(&self.config.dsn)?.connect(NoTls).await?;
+        let (pg_config, tls) = connection(&self.config.dsn)?;
+        let (client, connection) = pg_config.connect(tls).await?;
         let (driver, mut notify_rx) = forward_notifications(connection, JOBS_CHANNEL);
         tokio::pin!(shutdown);
         let result = async {

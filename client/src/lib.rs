@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
-use tokio_postgres::{AsyncMessage, Client, NoTls};
+use tokio_postgres::{AsyncMessage, Client};
 
 mod jobs;
+pub mod tls;
 pub use jobs::{Job, JobContext, JobOutcome, JobWorker, JobWorkerConfig, Ran, JOBS_CHANNEL};
 
 pub const CHANNEL: &str = "micromegas_view_definitions";
@@ -260,18 +261,51 @@ impl Source for AudienceGrants {
 /// `PGHOST`, `PGPORT`, `PGUSER`, `PGDATABASE`, `PGPASSWORD` environment, as
 /// libpq reads it), and drives the connection in the background.
 pub async fn connect(dsn: &str) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = connection_config(dsn)?.connect(NoTls).await?;
+    let (config, tls) = connection(dsn)?;
+    let (client, connection) = config.connect(tls).await?;
     tokio::spawn(connection);
     Ok(client)
 }
 
 /// The one place a connection is configured: the connection string, the
-/// libpq environment for what it leaves unset, and the application name.
-pub fn connection_config(dsn: &str) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
-    let mut config: tokio_postgres::Config = dsn.parse()?;
+/// libpq environment for what it leaves unset, the application name, and
+/// TLS as `sslmode`/`sslrootcert` ask (see [`tls`]).
+pub fn connection(
+    dsn: &str,
+) -> Result<(tokio_postgres::Config, tls::Connector), tokio_postgres::Error> {
+    let Ok(settings) = tls::settings(dsn) else {
+        // Not a connection string tls::settings reads (e.g. an unknown
+        // sslmode): tokio-postgres says what is wrong with it.
+        let _: tokio_postgres::Config = dsn.parse()?;
+        return Err(invalid_sslmode(dsn));
+    };
+    let mut config: tokio_postgres::Config = settings.rest.parse()?;
     apply_libpq_environment(&mut config);
     config.application_name(APPLICATION_NAME);
-    Ok(config)
+    // As libpq: no TLS over Unix sockets, whatever sslmode says.
+    let all_unix = config
+        .get_hosts()
+        .iter()
+        .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
+    config.ssl_mode(if all_unix {
+        tokio_postgres::config::SslMode::Disable
+    } else {
+        tls::ssl_mode(settings.mode)
+    });
+    Ok((config, tls::connector(&settings)))
+}
+
+/// [`connection`]'s configuration alone.
+pub fn connection_config(dsn: &str) -> Result<tokio_postgres::Config, tokio_postgres::Error> {
+    connection(dsn).map(|(config, _)| config)
+}
+
+/// tokio-postgres' own error for a string whose sslmode it cannot read.
+fn invalid_sslmode(dsn: &str) -> tokio_postgres::Error {
+    let _ = dsn;
+    "sslmode=invalid"
+        .parse::<tokio_postgres::Config>()
+        .expect_err("tokio-postgres refuses an unknown sslmode")
 }
 
 /// Fills what the connection string left unset from the libpq environment.
@@ -475,13 +509,10 @@ async fn session<S: Source>(
         connected: false,
         error,
     };
-    let (client, connection) = connection_config(&config.dsn)
-        .map_err(not_connected)?
-        .connect(NoTls)
-        .await
-        .map_err(not_connected)?;
+    let (pg_config, tls) = connection(&config.dsn).map_err(not_connected)?;
+    let (client, connection) = pg_config.connect(tls).await.map_err(not_connected)?;
     tracing::debug!(source = S::NAME, "micromegas_views watcher: connected");
-    connected_session::<S>(config, sender, client, connection)
+    connected_session::<S, _>(config, sender, client, connection)
         .await
         .map_err(|error| Failure {
             connected: true,
@@ -492,13 +523,13 @@ async fn session<S: Source>(
 /// Drives `connection` in the background and passes on the payload of each
 /// notification on `channel`, as JSON (`Null` when it is not JSON). The
 /// receiver ends when the connection does.
-pub(crate) fn forward_notifications(
-    mut connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
+pub(crate) fn forward_notifications<T>(
+    mut connection: tokio_postgres::Connection<tokio_postgres::Socket, T>,
     channel: &'static str,
-) -> (JoinHandle<()>, mpsc::UnboundedReceiver<serde_json::Value>) {
+) -> (JoinHandle<()>, mpsc::UnboundedReceiver<serde_json::Value>)
+where
+    T: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
+{
     let (tx, rx) = mpsc::unbounded_channel();
     let driver = tokio::spawn(async move {
         let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
@@ -518,15 +549,15 @@ pub(crate) fn forward_notifications(
     (driver, rx)
 }
 
-async fn connected_session<S: Source>(
+async fn connected_session<S: Source, T>(
     config: &Config,
     sender: &watch::Sender<Arc<S::Value>>,
     client: Client,
-    connection: tokio_postgres::Connection<
-        tokio_postgres::Socket,
-        tokio_postgres::tls::NoTlsStream,
-    >,
-) -> Result<(), tokio_postgres::Error> {
+    connection: tokio_postgres::Connection<tokio_postgres::Socket, T>,
+) -> Result<(), tokio_postgres::Error>
+where
+    T: tokio_postgres::tls::TlsStream + Unpin + Send + 'static,
+{
     let (driver, mut notify_rx) = forward_notifications(connection, S::CHANNEL);
     let result = async {
         // A hot standby refuses LISTEN (and would never deliver NOTIFY):

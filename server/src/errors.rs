@@ -20,6 +20,7 @@ pub enum Code {
     Unauthenticated = 16,
     ServiceUnavailable = 17,
     Internal = 18,
+    TableVersionNotFound = 11,
     InvalidTableState = 19,
     TableSchemaValidationError = 20,
 }
@@ -37,6 +38,7 @@ impl Code {
             Code::Unauthenticated => "Unauthenticated",
             Code::ServiceUnavailable => "ServiceUnavailable",
             Code::Internal => "Internal",
+            Code::TableVersionNotFound => "TableVersionNotFound",
             Code::InvalidTableState => "InvalidTableState",
             Code::TableSchemaValidationError => "TableSchemaValidationError",
         }
@@ -182,13 +184,14 @@ impl IntoResponse for ApiError {
             tracing::info!(status = self.status.as_u16(), code = self.code as i32, error = %self.error,
                            instance = ?self.instance, "request refused");
         }
-        let body = serde_json::json!({
-            "error": self.error,
-            "code": self.code as i32,
-            "type": self.code.name(),
-            "detail": self.detail,
-            "instance": self.instance,
-        });
+        // The spec's ErrorResponse (detail and instance absent rather than
+        // null), plus this server's own `type`: the code's name.
+        let mut body = lance_namespace_reqwest_client::models::ErrorResponse::new(self.code as i32);
+        body.error = Some(self.error.clone());
+        body.detail = self.detail.clone();
+        body.instance = self.instance.clone();
+        let mut body = serde_json::to_value(body).expect("models serialize");
+        body["type"] = self.code.name().into();
         (self.status, Json(body)).into_response()
     }
 }
@@ -202,4 +205,32 @@ pub fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
         "internal error",
     )
     .into_response()
+}
+
+/// The whole request answered within `limit`, or 408 in the spec's shape
+/// (the handler is dropped, which rolls its transaction back).
+pub async fn within(
+    limit: std::time::Duration,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let request_id = request
+        .headers()
+        .get(crate::REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-")
+        .to_string();
+    match tokio::time::timeout(limit, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            Code::ServiceUnavailable,
+            format!(
+                "the request was not answered within {} s",
+                limit.as_secs_f64()
+            ),
+        )
+        .at(&request_id)
+        .into_response(),
+    }
 }

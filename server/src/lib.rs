@@ -8,6 +8,7 @@
 mod errors;
 mod ids;
 mod routes;
+mod spec;
 
 pub use errors::ApiError;
 pub use ids::resolve_id;
@@ -21,7 +22,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 pub const REQUEST_ID: &str = "x-request-id";
@@ -95,7 +95,61 @@ pub struct Config {
     pub body_limit: usize,
 }
 
+/// The database's health, probed in the background every two seconds with
+/// one pool connection: what `/healthz` answers.
+pub struct Health {
+    state: std::sync::Mutex<(Result<(), String>, std::time::Instant)>,
+}
+
+impl Health {
+    fn new() -> Self {
+        Health {
+            state: std::sync::Mutex::new((
+                Err("the database has not been probed yet".into()),
+                std::time::Instant::now(),
+            )),
+        }
+    }
+
+    /// The last probe's answer; a probe older than 10 s counts as failed.
+    pub fn latest(&self) -> Result<(), String> {
+        let (result, at) = self.state.lock().expect("health lock").clone();
+        if at.elapsed() > Duration::from_secs(10) {
+            return Err("the database has not answered a probe for 10 s".into());
+        }
+        result
+    }
+
+    fn record(&self, result: Result<(), String>) {
+        *self.state.lock().expect("health lock") = (result, std::time::Instant::now());
+    }
+
+    /// Probes until the state is dropped.
+    async fn probe(state: std::sync::Weak<AppState>) {
+        loop {
+            let Some(app) = state.upgrade() else { return };
+            let check = async {
+                let client = app.pool.get().await.map_err(|e| e.to_string())?;
+                client
+                    .simple_query("SELECT 1")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(())
+            };
+            let result = match tokio::time::timeout(Duration::from_secs(3), check).await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(format!("the database is unreachable: {e}")),
+                Err(_) => Err("the database did not answer within 3 s".to_string()),
+            };
+            app.health.record(result);
+            drop(app);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+    }
+}
+
 pub struct AppState {
+    pub health: Health,
     pub pool: Pool,
     pub namespace: Vec<String>,
     keys: Option<HashMap<String, ApiKey>>,
@@ -137,13 +191,14 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// A pool of connections configured like the CLI's (a libpq-style string,
-/// the libpq environment for what it leaves unset).
+/// the libpq environment for what it leaves unset, TLS per `sslmode`).
 pub fn pool(dsn: &str, size: usize) -> Result<Pool, String> {
-    let config = micromegas_views_client::connection_config(dsn)
-        .map_err(|e| format!("invalid --dsn: {e}"))?;
+    // TLS as the string's sslmode/sslrootcert (or PGSSLMODE) ask.
+    let (config, tls) =
+        micromegas_views_client::connection(dsn).map_err(|e| format!("invalid --dsn: {e}"))?;
     let manager = Manager::from_config(
         config,
-        tokio_postgres::NoTls,
+        tls,
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -165,19 +220,21 @@ pub fn app(pool: Pool, config: Config) -> Router {
         .keys
         .map(|f| f.keys.into_iter().map(|k| (k.name.clone(), k)).collect());
     let state = Arc::new(AppState {
+        health: Health::new(),
         pool,
         namespace: config.namespace,
         keys,
         statement_timeout: config.statement_timeout,
     });
+    tokio::spawn(Health::probe(Arc::downgrade(&state)));
     let request_id = HeaderName::from_static(REQUEST_ID);
+    let timeout = config.request_timeout;
     routes::router(config.body_limit)
         .with_state(state)
         .layer(CatchPanicLayer::custom(errors::panic_response))
-        .layer(TimeoutLayer::with_status_code(
-            axum::http::StatusCode::REQUEST_TIMEOUT,
-            config.request_timeout,
-        ))
+        .layer(axum::middleware::from_fn(move |request, next| {
+            errors::within(timeout, request, next)
+        }))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(
             TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {

@@ -4,6 +4,7 @@
 
 use crate::errors::{ApiError, Code};
 use crate::ids::{check_body_id, resolve_id, resolve_namespace};
+use crate::spec;
 use crate::{AppState, Identity};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -13,6 +14,7 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
+use lance_namespace_reqwest_client::models;
 use micromegas_views_core::schema;
 use micromegas_views_core::{Definition, Statement};
 use serde::Deserialize;
@@ -20,27 +22,56 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-type Shared = Arc<AppState>;
-type Answer = Result<(StatusCode, Json<Value>), ApiError>;
+pub(crate) type Shared = Arc<AppState>;
+pub(crate) type Answer = Result<(StatusCode, Json<Value>), ApiError>;
 
 pub fn router(body_limit: usize) -> Router<Shared> {
     Router::new()
         .route("/healthz", get(healthz))
+        // The spec's materialized-view operations.
         .route("/v1/materialized_view/{id}/create", post(create))
         .route("/v1/materialized_view/{id}/refresh", post(refresh))
+        // The spec's table and namespace operations a view answers.
+        .route("/v1/namespace/{id}/list", get(spec::list_namespaces))
+        .route(
+            "/v1/namespace/{id}/describe",
+            post(spec::describe_namespace),
+        )
+        .route("/v1/namespace/{id}/exists", post(spec::namespace_exists))
+        .route("/v1/namespace/{id}/table/list", get(spec::list_tables))
+        .route("/v1/table/{id}/describe", post(spec::describe_table))
+        .route("/v1/table/{id}/exists", post(spec::table_exists))
+        .route("/v1/table/{id}/drop", post(spec::drop_table))
+        .route(
+            "/v1/table/{id}/version/list",
+            post(spec::list_table_versions),
+        )
+        .route(
+            "/v1/table/{id}/version/describe",
+            post(spec::describe_table_version),
+        )
+        .route("/v1/table/{id}/restore", post(spec::restore_table))
+        // This server's own routes: 0.1.4's describe, drop and list (kept
+        // for its clients), and the jobs.
         .route("/v1/materialized_view/{id}/describe", post(describe))
         .route("/v1/materialized_view/{id}/drop", post(drop_view))
         .route("/v1/namespace/{id}/materialized_view/list", get(list))
         .route("/v1/jobs/describe", post(describe_job))
         .route("/v1/jobs/cancel", post(cancel_job))
         .route("/v1/jobs/list", post(list_jobs))
-        .fallback(not_found)
+        .method_not_allowed_fallback(spec::method_not_allowed)
+        .fallback(spec::fallback)
         .layer(DefaultBodyLimit::max(body_limit))
 }
 
 /// Who calls, and the request id every error carries as its `instance`.
+/// Credentials come from the headers (`Authorization: Bearer`, `x-api-key`)
+/// or, without them, from a request body's `identity` (the spec's
+/// alternative); they are never logged or stored.
 pub struct Caller {
-    identity: Identity,
+    identity: Option<Identity>,
+    /// Why there is no identity yet (no credentials in the headers).
+    missing: &'static str,
     request_id: String,
 }
 
@@ -57,11 +88,20 @@ impl FromRequestParts<Shared> for Caller {
             })
             .or_else(|| header("x-api-key"))
             .map(str::trim);
-        let identity = state.identity_for(secret).map_err(|why| {
-            ApiError::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, why).at(&request_id)
-        })?;
+        let (identity, missing) = match state.identity_for(secret) {
+            Ok(identity) => (Some(identity), ""),
+            // No credentials in the headers: a body may carry them.
+            Err(why) if secret.is_none() => (None, why),
+            Err(why) => {
+                return Err(
+                    ApiError::new(StatusCode::UNAUTHORIZED, Code::Unauthenticated, why)
+                        .at(&request_id),
+                )
+            }
+        };
         Ok(Caller {
             identity,
+            missing,
             request_id,
         })
     }
@@ -77,8 +117,43 @@ fn request_id(parts: &Parts) -> String {
 }
 
 impl Caller {
-    fn err(&self, e: ApiError) -> ApiError {
+    pub(crate) fn err(&self, e: ApiError) -> ApiError {
         e.at(&self.request_id)
+    }
+
+    /// Takes the credentials of a body's `identity` when the headers had
+    /// none (the API key, or a bearer token standing for one).
+    pub(crate) fn identify(
+        &mut self,
+        state: &AppState,
+        body: Option<&models::Identity>,
+    ) -> Result<(), ApiError> {
+        if self.identity.is_some() {
+            return Ok(());
+        }
+        let secret = body.and_then(|i| i.api_key.as_deref().or(i.auth_token.as_deref()));
+        if secret.is_some() {
+            let identity = state.identity_for(secret).map_err(|why| {
+                self.err(ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    Code::Unauthenticated,
+                    why,
+                ))
+            })?;
+            self.identity = Some(identity);
+        }
+        Ok(())
+    }
+
+    /// The identity, or 401 when no credentials came.
+    pub(crate) fn authenticated(&self) -> Result<&Identity, ApiError> {
+        self.identity.as_ref().ok_or_else(|| {
+            self.err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                Code::Unauthenticated,
+                self.missing,
+            ))
+        })
     }
 
     fn db(&self, e: tokio_postgres::Error) -> ApiError {
@@ -92,15 +167,16 @@ impl Caller {
         state: &AppState,
         client: &'a mut deadpool_postgres::Object,
     ) -> Result<deadpool_postgres::Transaction<'a>, ApiError> {
+        let identity = self.authenticated()?;
         let tx = client.transaction().await.map_err(|e| self.db(e))?;
         let timeout = format!("{}ms", state.statement_timeout.as_millis());
         tx.execute(
             "SELECT set_config('micromegas_views.actor', $1, true), set_config('statement_timeout', $2, true)",
-            &[&self.identity.actor, &timeout],
+            &[&identity.actor, &timeout],
         )
         .await
         .map_err(|e| self.db(e))?;
-        if let Some(role) = &self.identity.role {
+        if let Some(role) = &identity.role {
             tx.execute("SELECT set_config('role', $1, true)", &[role])
                 .await
                 .map_err(|e| self.db(e))?;
@@ -109,7 +185,7 @@ impl Caller {
     }
 
     /// One transaction of statements; the last one's rows.
-    async fn run(
+    pub(crate) async fn run(
         &self,
         state: &AppState,
         steps: &[(&str, &[&(dyn tokio_postgres::types::ToSql + Sync)])],
@@ -125,7 +201,7 @@ impl Caller {
     }
 
     /// One statement's one row, in its own transaction.
-    async fn one_row(
+    pub(crate) async fn one_row(
         &self,
         state: &AppState,
         sql: &str,
@@ -152,7 +228,7 @@ impl Caller {
             .map_err(|e| ApiError::from_pool(e).at(&self.request_id))
     }
 
-    fn body<T: serde::de::DeserializeOwned>(
+    pub(crate) fn body<T: serde::de::DeserializeOwned>(
         &self,
         body: Result<Bytes, BytesRejection>,
     ) -> Result<T, ApiError> {
@@ -170,14 +246,32 @@ impl Caller {
             &bytes
         };
         serde_json::from_slice(bytes).map_err(|e| {
+            let text = e.to_string();
+            // serde's "missing field `kind` at line 1 column 2"
+            if let Some(field) = text
+                .strip_prefix("missing field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                // A top-level field (serde does not say where a nested one
+                // is missing).
+                let top = serde_json::from_slice::<Value>(bytes)
+                    .ok()
+                    .and_then(|v| v.as_object().map(|o| !o.contains_key(field)))
+                    .unwrap_or(false);
+                if top {
+                    return self.err(ApiError::invalid(format!(
+                        "missing required field \"{field}\""
+                    )));
+                }
+            }
             self.err(
                 ApiError::invalid("the request body is not valid JSON for this operation")
-                    .with_detail(e.to_string()),
+                    .with_detail(text),
             )
         })
     }
 
-    fn view(
+    pub(crate) fn view(
         &self,
         state: &AppState,
         id: &str,
@@ -192,47 +286,18 @@ impl Caller {
     }
 }
 
-async fn not_found(parts: Parts) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        Code::Unsupported,
-        format!("no operation at {} {}", parts.method, parts.uri.path()),
-    )
-    .at(&request_id(&parts))
-}
-
+/// The health the background probe last saw (see `crate::Health`): no
+/// request takes a pool connection, so a flood of probes cannot starve the
+/// API.
 async fn healthz(State(state): State<Shared>) -> Answer {
-    let check = async {
-        let client = state.pool.get().await.map_err(ApiError::from_pool)?;
-        client
-            .simple_query("SELECT 1")
-            .await
-            .map_err(|e| ApiError::from_db(&e))?;
-        Ok::<_, ApiError>(())
-    };
-    match tokio::time::timeout(std::time::Duration::from_secs(3), check).await {
-        Ok(Ok(())) => Ok((StatusCode::OK, Json(json!({"status": "ok"})))),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err(ApiError::new(
+    match state.health.latest() {
+        Ok(()) => Ok((StatusCode::OK, Json(json!({"status": "ok"})))),
+        Err(why) => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             Code::ServiceUnavailable,
-            "the database did not answer within 3 s",
+            why,
         )),
     }
-}
-
-#[derive(Deserialize)]
-struct CreateRequest {
-    kind: Option<String>,
-    source_query: Option<String>,
-    output_schema: Option<String>,
-    with_no_data: Option<bool>,
-    auto_refresh: Option<bool>,
-    id: Option<Vec<String>>,
-    context: Option<Value>,
-    // Not read: the caller's identity is its API key (the spec's headers);
-    // a body `identity` is never stored or logged.
-    udtf_spec: Option<Value>,
 }
 
 /// The definition a request's `source_query` describes: the DDL statement,
@@ -338,20 +403,21 @@ async fn create(
     State(state): State<Shared>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-    caller: Caller,
+    mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let name = caller.view(&state, &id, &query)?;
-    let request: CreateRequest = caller.body(body)?;
+    let request: models::CreateMaterializedViewRequest = caller.body(body)?;
+    caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
-    let missing = |field: &str| {
-        caller.err(ApiError::invalid(format!(
-            "missing required field \"{field}\""
-        )))
+    let kind = match request.kind {
+        models::create_materialized_view_request::Kind::Query => "query",
+        models::create_materialized_view_request::Kind::Udtf => "udtf",
+        models::create_materialized_view_request::Kind::Chunker => "chunker",
     };
-    let kind = request.kind.as_deref().ok_or_else(|| missing("kind"))?;
     if kind != "query" {
         return Err(caller.err(
             ApiError::new(
@@ -362,33 +428,31 @@ async fn create(
             .with_detail("This namespace stores micromegas view sets: only kind \"query\"."),
         ));
     }
-    if request.udtf_spec.as_ref().is_some_and(|v| !v.is_null()) {
+    if matches!(request.udtf_spec, Some(Some(_))) {
         return Err(caller.err(
             ApiError::invalid("udtf_spec is valid only for materialized views of kind \"udtf\"")
                 .with_detail("This request's kind is \"query\"."),
         ));
     }
-    let source = request
-        .source_query
-        .as_deref()
-        .ok_or_else(|| missing("source_query"))?;
-    let output_schema = request
-        .output_schema
-        .as_deref()
-        .ok_or_else(|| missing("output_schema"))?;
+    let source = request.source_query.as_str();
+    let output_schema = request.output_schema.as_str();
     let expected = schema::from_ipc_base64(output_schema).map_err(|e| {
         caller.err(ApiError::from_core(e).with_detail(
             "output_schema must be a base64 Arrow IPC stream holding the view's schema",
         ))
     })?;
     let mut definition = definition(&name, source).map_err(|e| caller.err(e))?;
+    // The micromegas DDL may say OR REPLACE (the spec's create of an
+    // existing table is otherwise 409 TableAlreadyExists).
+    let or_replace = !source.trim_start().starts_with('{')
+        && matches!(micromegas_views_core::parse(source), Ok(Statement::Create(c)) if c.or_replace);
     if let Some(v) = request.with_no_data {
         definition.options.with_no_data = v;
     }
-    if let Some(v) = request.auto_refresh {
+    if let Some(Some(v)) = request.auto_refresh {
         definition.options.auto_refresh = v;
     }
-    let statement = definition.render(false);
+    let statement = definition.render(or_replace);
 
     let mut client = caller.connection(&state).await?;
     let tx = caller.begin(&state, &mut client).await?;
@@ -422,91 +486,80 @@ async fn create(
         ));
     }
     tx.commit().await.map_err(|e| caller.db(e))?;
+    let mut response = models::CreateMaterializedViewResponse::new(version);
+    response.job_id = Some(job_id);
+    response.context = request.context;
     Ok((
         StatusCode::CREATED,
-        Json(json!({"version": version, "job_id": job_id, "context": request.context})),
+        Json(serde_json::to_value(response).expect("models serialize")),
     ))
 }
 
-/// The spec's RefreshMaterializedViewRequest. Only the fields a worker acts
-/// on are kept (they become the job's `params`); `identity` (credentials)
-/// and `context` are read for nothing and never stored or logged.
-#[derive(Deserialize)]
-struct RefreshRequest {
-    id: Option<Vec<String>>,
-    src_version: Option<i64>,
-    max_rows_per_fragment: Option<i64>,
-    concurrency: Option<i64>,
-    intra_applier_concurrency: Option<i64>,
-    source_task_size: Option<i64>,
-    cluster: Option<String>,
-    output_limit: Option<i64>,
-    manifest: Option<String>,
-}
-
-impl RefreshRequest {
-    /// The job parameters: the worker fields that are set, validated.
-    fn job_params(&self) -> Result<Value, ApiError> {
-        if self.output_limit.is_some() {
-            return Err(ApiError::invalid(
-                "output_limit is valid only for chunker materialized views",
-            )
-            .with_detail("The views of this namespace are of kind \"query\"."));
+/// The job parameters of a refresh: only the spec's fields a worker acts
+/// on, validated; `identity` (credentials) and `context` are read for
+/// nothing and never stored or logged.
+fn job_params(request: &models::RefreshMaterializedViewRequest) -> Result<Value, ApiError> {
+    if matches!(request.output_limit, Some(Some(_))) {
+        return Err(
+            ApiError::invalid("output_limit is valid only for chunker materialized views")
+                .with_detail("The views of this namespace are of kind \"query\"."),
+        );
+    }
+    if matches!(request.manifest, Some(Some(_))) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Code::Unsupported,
+            "manifest overrides are not supported",
+        )
+        .with_detail("The views of this namespace are micromegas view sets, not Geneva views."));
+    }
+    let mut params = serde_json::Map::new();
+    if let Some(Some(v)) = request.src_version {
+        if v < 0 {
+            return Err(ApiError::invalid(format!(
+                "src_version must not be negative, not {v}"
+            )));
         }
-        if self.manifest.is_some() {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                Code::Unsupported,
-                "manifest overrides are not supported",
-            )
-            .with_detail(
-                "The views of this namespace are micromegas view sets, not Geneva views.",
-            ));
-        }
-        let mut params = serde_json::Map::new();
-        if let Some(v) = self.src_version {
-            if v < 0 {
+        params.insert("src_version".into(), v.into());
+    }
+    for (field, value) in [
+        ("max_rows_per_fragment", request.max_rows_per_fragment),
+        ("concurrency", request.concurrency),
+        (
+            "intra_applier_concurrency",
+            request.intra_applier_concurrency,
+        ),
+        ("source_task_size", request.source_task_size),
+    ] {
+        if let Some(Some(v)) = value {
+            if v < 1 {
                 return Err(ApiError::invalid(format!(
-                    "src_version must not be negative, not {v}"
+                    "{field} must be at least 1, not {v}"
                 )));
             }
-            params.insert("src_version".into(), v.into());
+            params.insert(field.into(), v.into());
         }
-        for (field, value) in [
-            ("max_rows_per_fragment", self.max_rows_per_fragment),
-            ("concurrency", self.concurrency),
-            ("intra_applier_concurrency", self.intra_applier_concurrency),
-            ("source_task_size", self.source_task_size),
-        ] {
-            if let Some(v) = value {
-                if v < 1 {
-                    return Err(ApiError::invalid(format!(
-                        "{field} must be at least 1, not {v}"
-                    )));
-                }
-                params.insert(field.into(), v.into());
-            }
-        }
-        if let Some(cluster) = &self.cluster {
-            params.insert("cluster".into(), cluster.clone().into());
-        }
-        Ok(Value::Object(params))
     }
+    if let Some(Some(cluster)) = &request.cluster {
+        params.insert("cluster".into(), cluster.clone().into());
+    }
+    Ok(Value::Object(params))
 }
 
 async fn refresh(
     State(state): State<Shared>,
     Path(id): Path<String>,
     Query(query): Query<HashMap<String, String>>,
-    caller: Caller,
+    mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
     let name = caller.view(&state, &id, &query)?;
-    let request: RefreshRequest = caller.body(body)?;
+    let request: models::RefreshMaterializedViewRequest = caller.body(body)?;
+    caller.identify(&state, request.identity.as_deref())?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
-    let params = request.job_params().map_err(|e| caller.err(e))?;
+    let params = job_params(&request).map_err(|e| caller.err(e))?;
     let job_id: String = caller
         .one_row(
             &state,
@@ -515,7 +568,12 @@ async fn refresh(
         )
         .await?
         .get(0);
-    Ok((StatusCode::ACCEPTED, Json(json!({"job_id": job_id}))))
+    let mut response = models::RefreshMaterializedViewResponse::new(job_id);
+    response.context = request.context;
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(serde_json::to_value(response).expect("models serialize")),
+    ))
 }
 
 async fn describe(
@@ -605,11 +663,11 @@ fn page_limit(caller: &Caller, raw: Option<&str>) -> Result<i64, ApiError> {
     }
 }
 
-fn encode_token(text: &str) -> String {
+pub(crate) fn encode_token(text: &str) -> String {
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
 }
 
-fn decode_token(caller: &Caller, token: &str) -> Result<String, ApiError> {
+pub(crate) fn decode_token(caller: &Caller, token: &str) -> Result<String, ApiError> {
     base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token)
         .ok()

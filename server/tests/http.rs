@@ -156,12 +156,20 @@ async fn every_route_over_http() {
     let admin = Some(ADMIN_KEY);
     let reader = Some(READER_KEY);
 
-    // Health, and authentication.
-    let (status, body, _) = api.get(None, "/healthz").await;
-    assert_eq!((status, body), (200, json!({"status": "ok"})));
+    // Health (the background probe's answer: ok once it has run), and
+    // authentication.
+    let mut health = api.get(None, "/healthz").await;
+    for _ in 0..50 {
+        if health.0 == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        health = api.get(None, "/healthz").await;
+    }
+    assert_eq!((health.0, health.1), (200, json!({"status": "ok"})));
     let create_body = |name: &str, schema: String| {
         json!({"kind": "query", "source_query": ddl(name), "output_schema": schema,
-               "with_no_data": false, "context": {"ticket": "OPS-1"}, "identity": {"api_key": "ignored"}})
+               "with_no_data": false, "context": {"ticket": "OPS-1"}})
     };
     let got = api
         .post(
@@ -171,6 +179,14 @@ async fn every_route_over_http() {
         )
         .await;
     assert_error(&got, 401, 16, "missing credentials");
+    // The spec's body identity stands for the headers' credentials: a wrong
+    // key there is refused like one in a header.
+    let mut with_identity = create_body("http_a", expected_schema(DataType::Int32));
+    with_identity["identity"] = json!({"api_key": "not-a-key-0123456789"});
+    let got = api
+        .post(None, "/v1/materialized_view/http_a/create", with_identity)
+        .await;
+    assert_error(&got, 401, 16, "invalid API key");
     let got = api
         .post(
             Some("wrong-key-0123456789"),
@@ -272,7 +288,7 @@ async fn every_route_over_http() {
         .await;
     assert_error(&got, 400, 13, "does not name the view of the path");
     let mut bad = create_body("http_b", expected_schema(DataType::Int32));
-    bad["udtf_spec"] = json!({"name": "f"});
+    bad["udtf_spec"] = json!({"kind": "udtf", "udtf": "f", "udtf_sha": "0", "udtf_name": "f", "udtf_version": "1"});
     let got = api
         .post(admin, "/v1/materialized_view/http_b/create", bad)
         .await;
