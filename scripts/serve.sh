@@ -38,7 +38,7 @@ cat <<TXT
 micromegas-views-server on http://$listen (keys in $keys)
   curl -s http://$listen/healthz
   curl -s -H "x-api-key: $reader_key" "http://$listen/v1/namespace/micromegas/materialized_view/list"
-  curl -s -X POST -H "Authorization: Bearer $reader_key" http://$listen/v1/materialized_view/log_stats/describe -d '{}'
+  curl -s -X POST -H "Authorization: Bearer $reader_key" http://$listen/v1/table/log_stats/describe -d '{}'
   curl -s -X POST -H "Authorization: Bearer $admin_key" http://$listen/v1/materialized_view/log_stats/refresh -d '{}'
 TXT
 exec "$CARGO_TARGET_DIR/debug/micromegas-views-server" --listen "$listen" --keys "$keys" \

@@ -8,7 +8,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
 
 need_apt=()
-for pkg in postgresql-15 postgresql-server-dev-15 sudo clang libclang-dev pkg-config; do
+for pkg in postgresql-15 postgresql-server-dev-15 sudo clang libclang-dev pkg-config curl openssl python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -5,7 +5,8 @@
 # tests, the example job worker, a short
 # randomized DDL stress run, a pg_dump/pg_restore round trip, the extension
 # upgrade test, a check that no backend died, a SIGKILL crash test, and a
-# hot standby (readers, refused writes, the client, a promotion); then a
+# hot standby (readers, refused writes, the client, a promotion), TLS to a
+# TLS-only cluster, and the Lance spec's generated Python client; then a
 # pg_upgrade of a populated catalog (16 -> 18). One summary line per version
 # and one for pg_upgrade. This is the README's test command and what .ci/run
 # calls. MMV_TEST_PG="15 18" (any of 15 16 17 18) limits the versions.
@@ -79,6 +80,10 @@ suites() {
   "$here/crash_test.sh" || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] a hot standby and its promotion (scripts/standby_test.sh)"
   "$here/standby_test.sh" || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] TLS to a TLS-only cluster, every sslmode (scripts/tls_test.sh)"
+  "$here/tls_test.sh" || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] the Lance spec's generated Python client (scripts/lance_python_test.sh)"
+  "$here/lance_python_test.sh" || failed=$((failed + 1))
   if [ $failed -ne 0 ]; then
     for d in "$out"/regress "$out"/isolation; do
       [ -f "$d/regression.diffs" ] && cat "$d/regression.diffs"
@@ -107,11 +112,11 @@ if [[ " $versions " == *" 16 "* && " $versions " == *" 18 "* ]]; then
   if "$here/pg_upgrade_test.sh" 16 18; then upgrade=passed; else upgrade=failed; fi
 fi
 
-# Fourteen suites per version: the unit tests, then the thirteen above.
+# Sixteen suites per version: the unit tests, then the fifteen above.
 status=0
 for v in $versions; do
   failed=$(( $(cat "$MMV_STATE/failed-pg$v") + unit ))
-  echo "PostgreSQL $v: suites: $((14 - failed)) passed, $failed failed"
+  echo "PostgreSQL $v: suites: $((16 - failed)) passed, $failed failed"
   [ $failed -eq 0 ] || status=1
 done
 echo "pg_upgrade 16 -> 18: $upgrade"
