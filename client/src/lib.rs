@@ -279,15 +279,35 @@ pub fn connection(
         let _: tokio_postgres::Config = dsn.parse()?;
         return Err(invalid_sslmode(dsn));
     };
+    let mut settings = settings;
     let mut config: tokio_postgres::Config = settings.rest.parse()?;
+    // An sslmode the split missed (tokio-postgres read it from what was
+    // left): never weaker than what tokio-postgres would have done.
+    if config.get_ssl_mode() == tokio_postgres::config::SslMode::Require
+        && settings.mode < tls::Mode::Require
+    {
+        settings.mode = tls::Mode::Require;
+    }
     apply_libpq_environment(&mut config);
     config.application_name(APPLICATION_NAME);
-    // As libpq: no TLS over Unix sockets, whatever sslmode says.
-    let all_unix = config
+    let tcp_names = config
         .get_hosts()
         .iter()
-        .all(|h| matches!(h, tokio_postgres::config::Host::Unix(_)));
-    config.ssl_mode(if all_unix {
+        .filter(|h| matches!(h, tokio_postgres::config::Host::Tcp(_)))
+        .count();
+    // As libpq: no TLS over Unix sockets, whatever sslmode says; a
+    // hostaddr is TCP.
+    let unix_only = tcp_names == 0 && config.get_hostaddrs().is_empty();
+    if settings.mode == tls::Mode::VerifyFull
+        && tcp_names == 0
+        && !unix_only
+        && settings.problem.is_none()
+    {
+        settings.problem = Some(
+            "sslmode=verify-full needs a host name to check (host=), not only hostaddr".into(),
+        );
+    }
+    config.ssl_mode(if unix_only {
         tokio_postgres::config::SslMode::Disable
     } else {
         tls::ssl_mode(settings.mode)

@@ -54,8 +54,8 @@ where
     }
 }
 
-/// libpq's `sslmode` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// libpq's `sslmode` values, from the least to the most protective.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Mode {
     Disable,
     Allow,
@@ -86,6 +86,9 @@ pub struct Settings {
     pub root_cert: Option<String>,
     /// The connection string with `sslmode` and `sslrootcert` removed.
     pub rest: String,
+    /// Why no connection may be made with these settings (checked when
+    /// one is attempted, failing closed: TLS is required and refused).
+    pub problem: Option<String>,
 }
 
 /// Splits `sslmode`/`sslrootcert` out of a libpq connection string
@@ -105,17 +108,44 @@ pub fn settings(dsn: &str) -> Result<Settings, String> {
     if root_cert.is_none() {
         root_cert = var("PGSSLROOTCERT");
     }
-    let mode = match mode {
+    let explicit = mode.is_some();
+    let mut mode = match mode {
         None => Mode::Prefer,
         Some(text) => Mode::parse(&text).ok_or_else(|| {
             format!("invalid sslmode \"{text}\": disable, allow, prefer, require, verify-ca or verify-full")
         })?,
     };
+    let mut problem = None;
+    // As libpq 16: the system's roots are the public web's, so only a
+    // check of the host name means anything with them. Without an
+    // sslmode they mean verify-full; with a weaker one the connection is
+    // refused (never made without the check).
+    if root_cert.as_deref() == Some("system") && mode != Mode::VerifyFull {
+        if explicit {
+            problem = Some(format!(
+                "weak sslmode \"{}\" may not be used with sslrootcert=system (use verify-full)",
+                mode_name(mode)
+            ));
+        }
+        mode = Mode::VerifyFull;
+    }
     Ok(Settings {
         mode,
         root_cert,
         rest,
+        problem,
     })
+}
+
+fn mode_name(mode: Mode) -> &'static str {
+    match mode {
+        Mode::Disable => "disable",
+        Mode::Allow => "allow",
+        Mode::Prefer => "prefer",
+        Mode::Require => "require",
+        Mode::VerifyCa => "verify-ca",
+        Mode::VerifyFull => "verify-full",
+    }
 }
 
 fn split_pairs(dsn: &str) -> Result<(Option<String>, Option<String>, String), String> {
@@ -205,15 +235,20 @@ fn split_pairs(dsn: &str) -> Result<(Option<String>, Option<String>, String), St
 }
 
 fn split_url(dsn: &str) -> (Option<String>, Option<String>, String) {
-    let Some((base, query)) = dsn.split_once('?') else {
+    // The query starts at the first '?' after the user information (a
+    // password may hold a '?').
+    let after_userinfo = dsn.rfind('@').map(|i| i + 1).unwrap_or(0);
+    let Some(q) = dsn[after_userinfo..].find('?').map(|i| after_userinfo + i) else {
         return (None, None, dsn.to_string());
     };
+    let (base, query) = (&dsn[..q], &dsn[q + 1..]);
     let (mut mode, mut root) = (None, None);
     let mut kept = Vec::new();
     for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some(("sslmode", v)) => mode = Some(percent_decoded(v)),
-            Some(("sslrootcert", v)) => root = Some(percent_decoded(v)),
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match percent_decoded(key).as_str() {
+            "sslmode" => mode = Some(percent_decoded(value)),
+            "sslrootcert" => root = Some(percent_decoded(value)),
             _ => kept.push(pair),
         }
     }
@@ -227,12 +262,16 @@ fn split_url(dsn: &str) -> (Option<String>, Option<String>, String) {
 
 fn percent_decoded(text: &str) -> String {
     let bytes = text.as_bytes();
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            if let Ok(b) = u8::from_str_radix(&text[i + 1..i + 3], 16) {
-                out.push(b);
+        if bytes[i] == b'%' {
+            if let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            ) {
+                out.push(h * 16 + l);
                 i += 3;
                 continue;
             }
@@ -391,7 +430,9 @@ pub fn connector(settings: &Settings) -> Connector {
         }
         _ => false,
     };
-    let check = if !verify_chain {
+    let check = if let Some(problem) = &settings.problem {
+        Check::Unusable(problem.clone())
+    } else if !verify_chain {
         Check::Nothing
     } else {
         match roots(settings.root_cert.as_deref()).and_then(|store| {

@@ -125,21 +125,32 @@ impl Health {
     }
 
     /// Probes until the state is dropped.
+    /// Probes until the state is dropped, on a connection of its own (one
+    /// taken out of the pool once, and again after it fails): requests
+    /// never wait for a probe, and a busy pool is not a database down.
     async fn probe(state: std::sync::Weak<AppState>) {
+        let mut own: Option<deadpool_postgres::ClientWrapper> = None;
         loop {
             let Some(app) = state.upgrade() else { return };
             let check = async {
-                let client = app.pool.get().await.map_err(|e| e.to_string())?;
-                client
-                    .simple_query("SELECT 1")
-                    .await
-                    .map_err(|e| e.to_string())?;
+                if own.is_none() {
+                    let object = app.pool.get().await.map_err(|e| e.to_string())?;
+                    own = Some(deadpool_postgres::Object::take(object));
+                }
+                let client = own.as_ref().expect("just set");
+                if let Err(e) = client.simple_query("SELECT 1").await {
+                    own = None;
+                    return Err(e.to_string());
+                }
                 Ok::<_, String>(())
             };
             let result = match tokio::time::timeout(Duration::from_secs(3), check).await {
                 Ok(Ok(())) => Ok(()),
                 Ok(Err(e)) => Err(format!("the database is unreachable: {e}")),
-                Err(_) => Err("the database did not answer within 3 s".to_string()),
+                Err(_) => {
+                    own = None;
+                    Err("the database did not answer within 3 s".to_string())
+                }
             };
             app.health.record(result);
             drop(app);
@@ -151,6 +162,8 @@ impl Health {
 pub struct AppState {
     pub health: Health,
     pub pool: Pool,
+    /// The TLS connector of the pool's connections (to cancel with).
+    pub tls: micromegas_views_client::tls::Connector,
     pub namespace: Vec<String>,
     keys: Option<HashMap<String, ApiKey>>,
     pub statement_timeout: Duration,
@@ -192,13 +205,19 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// A pool of connections configured like the CLI's (a libpq-style string,
 /// the libpq environment for what it leaves unset, TLS per `sslmode`).
-pub fn pool(dsn: &str, size: usize) -> Result<Pool, String> {
+/// The pool, and the TLS connector its connections use.
+pub struct Database {
+    pool: Pool,
+    tls: micromegas_views_client::tls::Connector,
+}
+
+pub fn pool(dsn: &str, size: usize) -> Result<Database, String> {
     // TLS as the string's sslmode/sslrootcert (or PGSSLMODE) ask.
     let (config, tls) =
         micromegas_views_client::connection(dsn).map_err(|e| format!("invalid --dsn: {e}"))?;
     let manager = Manager::from_config(
         config,
-        tls,
+        tls.clone(),
         ManagerConfig {
             recycling_method: RecyclingMethod::Fast,
         },
@@ -209,19 +228,21 @@ pub fn pool(dsn: &str, size: usize) -> Result<Pool, String> {
         .create_timeout(Some(Duration::from_secs(5)))
         .runtime(deadpool_postgres::Runtime::Tokio1)
         .build()
+        .map(|pool| Database { pool, tls })
         .map_err(|e| format!("cannot build the connection pool: {e}"))
 }
 
 /// The service: routes, request ids (also each error's `instance`),
 /// structured request logs, a body limit, timeouts, and panics answered as
 /// a 500 instead of a dropped connection.
-pub fn app(pool: Pool, config: Config) -> Router {
+pub fn app(database: Database, config: Config) -> Router {
     let keys = config
         .keys
         .map(|f| f.keys.into_iter().map(|k| (k.name.clone(), k)).collect());
     let state = Arc::new(AppState {
         health: Health::new(),
-        pool,
+        pool: database.pool,
+        tls: database.tls,
         namespace: config.namespace,
         keys,
         statement_timeout: config.statement_timeout,

@@ -64,6 +64,71 @@ pub fn router(body_limit: usize) -> Router<Shared> {
         .layer(DefaultBodyLimit::max(body_limit))
 }
 
+/// serde's message with every quoted value replaced by `"…"`.
+fn redacted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for ch in message.chars() {
+        if ch == '"' {
+            if !quoted {
+                out.push_str("\"…\"");
+            }
+            quoted = !quoted;
+        } else if !quoted {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// A pooled connection for one request. A request dropped before it
+/// settles (its answer timed out, 408) may leave a statement running: the
+/// statement is cancelled and the connection kept out of the pool.
+pub(crate) struct Conn {
+    object: Option<deadpool_postgres::Object>,
+    cancel: tokio_postgres::CancelToken,
+    tls: micromegas_views_client::tls::Connector,
+    settled: bool,
+}
+
+impl Conn {
+    /// No statement of this request is running any more.
+    pub(crate) fn settle(&mut self) {
+        self.settled = true;
+    }
+}
+
+impl std::ops::Deref for Conn {
+    type Target = deadpool_postgres::Object;
+    fn deref(&self) -> &Self::Target {
+        self.object.as_ref().expect("present until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Conn {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.object.as_mut().expect("present until dropped")
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        if self.settled {
+            return;
+        }
+        // Out of the pool (its client closes), and the statement cancelled.
+        if let Some(object) = self.object.take() {
+            drop(deadpool_postgres::Object::take(object));
+        }
+        let (cancel, tls) = (self.cancel.clone(), self.tls.clone());
+        tokio::spawn(async move {
+            if let Err(e) = cancel.cancel_query(tls).await {
+                tracing::warn!(error = %e, "could not cancel an abandoned request's statement");
+            }
+        });
+    }
+}
+
 /// Who calls, and the request id every error carries as its `instance`.
 /// Credentials come from the headers (`Authorization: Bearer`, `x-api-key`)
 /// or, without them, from a request body's `identity` (the spec's
@@ -191,13 +256,20 @@ impl Caller {
         steps: &[(&str, &[&(dyn tokio_postgres::types::ToSql + Sync)])],
     ) -> Result<Vec<tokio_postgres::Row>, ApiError> {
         let mut client = self.connection(state).await?;
-        let tx = self.begin(state, &mut client).await?;
-        let mut rows = Vec::new();
-        for (sql, params) in steps {
-            rows = tx.query(*sql, params).await.map_err(|e| self.db(e))?;
+        let result = async {
+            let tx = self.begin(state, &mut client).await?;
+            let mut rows = Vec::new();
+            for (sql, params) in steps {
+                rows = tx.query(*sql, params).await.map_err(|e| self.db(e))?;
+            }
+            tx.commit().await.map_err(|e| self.db(e))?;
+            Ok(rows)
         }
-        tx.commit().await.map_err(|e| self.db(e))?;
-        Ok(rows)
+        .await;
+        // Reached only when no statement is left running (a dropped
+        // request never gets here: see Conn).
+        client.settle();
+        result
     }
 
     /// One statement's one row, in its own transaction.
@@ -220,12 +292,18 @@ impl Caller {
             })
     }
 
-    async fn connection(&self, state: &AppState) -> Result<deadpool_postgres::Object, ApiError> {
-        state
+    async fn connection(&self, state: &AppState) -> Result<Conn, ApiError> {
+        let object = state
             .pool
             .get()
             .await
-            .map_err(|e| ApiError::from_pool(e).at(&self.request_id))
+            .map_err(|e| ApiError::from_pool(e).at(&self.request_id))?;
+        Ok(Conn {
+            cancel: object.cancel_token(),
+            tls: state.tls.clone(),
+            object: Some(object),
+            settled: false,
+        })
     }
 
     pub(crate) fn body<T: serde::de::DeserializeOwned>(
@@ -266,7 +344,9 @@ impl Caller {
             }
             self.err(
                 ApiError::invalid("the request body is not valid JSON for this operation")
-                    .with_detail(text),
+                    // Quoted values of the body are not echoed (an
+                    // identity's key might be one).
+                    .with_detail(redacted(&text)),
             )
         })
     }
@@ -455,37 +535,44 @@ async fn create(
     let statement = definition.render(or_replace);
 
     let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let row = tx
-        .query_one(
-            "SELECT version, job_id::text FROM micromegas.mm_create_view($1::text)",
-            &[&statement],
-        )
-        .await
-        .map_err(|e| caller.db(e))?;
-    let (version, job_id): (i64, Option<String>) = (row.get(0), row.get(1));
-    let produced: String = tx
-        .query_one(
-            "SELECT schema_ipc FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
-            &[&name],
-        )
-        .await
-        .map_err(|e| caller.db(e))?
-        .get(0);
-    let produced =
-        schema::from_ipc_base64(&produced).map_err(|e| caller.err(ApiError::from_core(e)))?;
-    if schema::schema_hash_bytes(&expected) != schema::schema_hash_bytes(&produced) {
-        // Dropping the transaction rolls the create back.
-        return Err(caller.err(
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                Code::TableSchemaValidationError,
-                format!("output_schema does not match the schema of materialized view \"{name}\""),
+    let outcome = async {
+        let tx = caller.begin(&state, &mut client).await?;
+        let row = tx
+            .query_one(
+                "SELECT version, job_id::text FROM micromegas.mm_create_view($1::text)",
+                &[&statement],
             )
-            .with_detail(first_difference(&expected, &produced)),
-        ));
+            .await
+            .map_err(|e| caller.db(e))?;
+        let (version, job_id): (i64, Option<String>) = (row.get(0), row.get(1));
+        let produced: String = tx
+            .query_one(
+                "SELECT schema_ipc FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
+                &[&name],
+            )
+            .await
+            .map_err(|e| caller.db(e))?
+            .get(0);
+        let produced =
+            schema::from_ipc_base64(&produced).map_err(|e| caller.err(ApiError::from_core(e)))?;
+        if schema::schema_hash_bytes(&expected) != schema::schema_hash_bytes(&produced) {
+            // Dropping the transaction rolls the create back.
+            return Err(caller.err(
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    Code::TableSchemaValidationError,
+                    format!("output_schema does not match the schema of materialized view \"{name}\""),
+                )
+                .with_detail(first_difference(&expected, &produced)),
+            ));
+        }
+        tx.commit().await.map_err(|e| caller.db(e))?;
+        Ok::<_, ApiError>((version, job_id))
     }
-    tx.commit().await.map_err(|e| caller.db(e))?;
+    .await;
+    // Every statement of the request finished (see Conn).
+    client.settle();
+    let (version, job_id) = outcome?;
     let mut response = models::CreateMaterializedViewResponse::new(version);
     response.job_id = Some(job_id);
     response.context = request.context;
@@ -628,17 +715,14 @@ async fn drop_view(
 ) -> Answer {
     let name = caller.view(&state, &id, &query)?;
     let _: Value = caller.body(body)?;
-    let mut client = caller.connection(&state).await?;
-    let tx = caller.begin(&state, &mut client).await?;
-    let row = tx
-        .query_one(
+    let row = caller
+        .one_row(
+            &state,
             "SELECT version, partitions_retired, bytes_queued
                FROM micromegas.mm_drop_view($1::text::micromegas.view_set_name, false)",
             &[&name],
         )
-        .await
-        .map_err(|e| caller.db(e))?;
-    tx.commit().await.map_err(|e| caller.db(e))?;
+        .await?;
     Ok((
         StatusCode::OK,
         Json(json!({

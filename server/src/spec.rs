@@ -94,7 +94,29 @@ pub fn json_schema(s: &Schema) -> models::JsonArrowSchema {
     out
 }
 
-/// A version the view never had: TableVersionNotFound, not TableNotFound.
+/// TableNotFound unless the view exists or has a history.
+async fn known(caller: &Caller, state: &crate::AppState, name: &str) -> Result<(), ApiError> {
+    let found: bool = caller
+        .one_row(
+            state,
+            "SELECT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1)
+                 OR EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definition_history h WHERE h.view_set_name = $1)",
+            &[&name],
+        )
+        .await?
+        .get(0);
+    if !found {
+        return Err(caller.err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            Code::TableNotFound,
+            format!("materialized view \"{name}\" does not exist"),
+        )));
+    }
+    Ok(())
+}
+
+/// A version the view never had: TableVersionNotFound, not TableNotFound
+/// (asked after [`known`], so the view itself exists or existed).
 fn version_error(mut e: ApiError) -> ApiError {
     if e.code == Code::TableNotFound && e.error.contains("has no version") {
         e.code = Code::TableVersionNotFound;
@@ -234,6 +256,20 @@ pub async fn list_tables(
     } else {
         None
     };
+    // From the root, the tables of the child namespace, as full
+    // identifiers (the spec's listing is recursive); from the namespace,
+    // its tables' names.
+    let delimiter = query
+        .get("delimiter")
+        .map(String::as_str)
+        .unwrap_or(crate::ids::DEFAULT_DELIMITER);
+    if id == delimiter {
+        let prefix = state.namespace.join(delimiter);
+        tables = tables
+            .into_iter()
+            .map(|t| format!("{prefix}{delimiter}{t}"))
+            .collect();
+    }
     let mut response = models::ListTablesResponse::new(tables);
     response.page_token = next;
     ok(StatusCode::OK, response)
@@ -246,7 +282,8 @@ pub async fn list_tables(
 const DESCRIBE_SQL: &str = "
     SELECT v.version, v.definition_sql, v.load_status, v.load_error, v.update_group,
            coalesce(h.schema_ipc, d.schema_ipc), encode(v.schema_hash, 'hex'),
-           coalesce((d.view_options->>'auto_refresh')::boolean, false), d.warnings::text,
+           coalesce((coalesce(h.view_options, d.view_options)->>'auto_refresh')::boolean, false),
+           CASE WHEN $2::bigint IS NULL THEN d.warnings::text END,
            v.updated_by, (extract(epoch FROM v.changed_at) * 1000)::bigint
       FROM micromegas.mm_describe_view($1::text, $2::bigint) v
       LEFT JOIN micromegas.lakehouse_view_set_definitions d ON d.view_set_name = v.view_set_name
@@ -260,9 +297,10 @@ pub async fn describe_table(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::DescribeTableRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
@@ -273,6 +311,9 @@ pub async fn describe_table(
             Code::Unsupported,
             "this namespace vends no storage credentials",
         )));
+    }
+    if request.version.is_some() {
+        known(&caller, &state, &name).await?;
     }
     let row = caller
         .one_row(&state, DESCRIBE_SQL, &[&name, &request.version])
@@ -305,12 +346,12 @@ pub async fn describe_table(
             format!("{PROPERTY_PREFIX}auto_refresh"),
             row.get::<_, bool>(7).to_string(),
         ),
-        (
-            format!("{PROPERTY_PREFIX}warnings"),
-            row.get::<_, Option<String>>(8)
-                .unwrap_or_else(|| "[]".into()),
-        ),
     ]);
+    // The author checks' findings of the current definition (a past
+    // version's are not kept).
+    if let Some(warnings) = row.get::<_, Option<String>>(8) {
+        properties.insert(format!("{PROPERTY_PREFIX}warnings"), warnings);
+    }
     if let Some(error) = row.get::<_, Option<String>>(3) {
         properties.insert(format!("{PROPERTY_PREFIX}load_error"), error);
     }
@@ -334,11 +375,15 @@ pub async fn table_exists(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::TableExistsRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
+    }
+    if request.version.is_some() {
+        known(&caller, &state, &name).await?;
     }
     caller
         .one_row(
@@ -359,9 +404,10 @@ pub async fn drop_table(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::DropTableRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
@@ -438,9 +484,10 @@ pub async fn list_table_versions(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::ListTableVersionsRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
@@ -463,7 +510,7 @@ pub async fn list_table_versions(
         .filter(|t| !t.is_empty());
     let descending = query
         .get("descending")
-        .map(|d| d == "true")
+        .map(|d| d.eq_ignore_ascii_case("true") || d == "1")
         .or(request.descending)
         .unwrap_or(false);
     let after: Option<i64> = match token {
@@ -474,14 +521,9 @@ pub async fn list_table_versions(
         ),
         None => None,
     };
-    // The view must exist (now or in its history).
-    caller
-        .one_row(
-            &state,
-            "SELECT 1 FROM micromegas.mm_describe_view($1::text)",
-            &[&name],
-        )
-        .await?;
+    // The view must exist now or have a history (a dropped view's versions
+    // are what RestoreTable brings back).
+    known(&caller, &state, &name).await?;
     let sql = format!(
         "{VERSIONS_SQL} AND ($2::bigint IS NULL OR h.version {} $2) ORDER BY h.version {} LIMIT $3",
         if descending { "<" } else { ">" },
@@ -514,24 +556,40 @@ pub async fn describe_table_version(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::DescribeTableVersionRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
     refuse_branch_and_tag(&caller, request.branch.as_deref(), None)?;
-    // mm_describe_view raises "has no version N" (P0002: 404) for a
-    // version the view never had.
-    let version: i64 = caller
-        .one_row(
-            &state,
-            "SELECT version FROM micromegas.mm_describe_view($1::text, $2::bigint)",
-            &[&name, &request.version],
-        )
-        .await
-        .map_err(version_error)?
-        .get(0);
+    known(&caller, &state, &name).await?;
+    // mm_describe_view raises "has no version N" (P0002) for a version the
+    // view never had; without a version, the latest one (of a dropped view
+    // too).
+    let version: i64 = match request.version {
+        Some(v) => caller
+            .one_row(&state, "SELECT version FROM micromegas.mm_describe_view($1::text, $2::bigint)", &[&name, &v])
+            .await
+            .map_err(version_error)?
+            .get(0),
+        None => caller
+            .one_row(
+                &state,
+                "SELECT max(h.version) FROM micromegas.lakehouse_view_set_definition_history h WHERE h.view_set_name = $1",
+                &[&name],
+            )
+            .await?
+            .get::<_, Option<i64>>(0)
+            .ok_or_else(|| {
+                caller.err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    Code::TableVersionNotFound,
+                    format!("materialized view \"{name}\" has no recorded version"),
+                ))
+            })?,
+    };
     let sql = format!("{VERSIONS_SQL} AND h.version = $2");
     let row = caller.one_row(&state, &sql, &[&name, &version]).await?;
     ok(
@@ -548,13 +606,15 @@ pub async fn restore_table(
     mut caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer {
-    let name = caller.view(&state, &id, &query)?;
     let request: models::RestoreTableRequest = caller.body(body)?;
     caller.identify(&state, request.identity.as_deref())?;
+    caller.authenticated()?;
+    let name = caller.view(&state, &id, &query)?;
     if let Some(path) = &request.id {
         check_body_id(path, &name, &state.namespace).map_err(|e| caller.err(e))?;
     }
     refuse_branch_and_tag(&caller, request.branch.as_deref(), None)?;
+    known(&caller, &state, &name).await?;
     let row = caller
         .one_row(
             &state,

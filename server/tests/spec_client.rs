@@ -266,6 +266,15 @@ async fn the_generated_client_walks_every_operation() {
         names.contains(&"spec_a".to_string()) && names.contains(&"spec_b".to_string()),
         "{names:?}"
     );
+    // From the root: the namespace's tables as full identifiers.
+    let root = table_api::list_tables(&reader, "$", None, None, Some(1000), None)
+        .await
+        .unwrap();
+    assert!(
+        root.tables.contains(&"micromegas$spec_a".to_string()),
+        "{:?}",
+        root.tables
+    );
     let (status, e) =
         failure(table_api::list_tables(&reader, "micromegas", None, None, Some(0), None).await);
     assert_eq!((status, e.code), (400, 13));
@@ -427,6 +436,30 @@ async fn the_generated_client_walks_every_operation() {
         table_api::table_exists(&reader, "spec_b", models::TableExistsRequest::new(), None).await,
     );
     assert_eq!((status, e.code), (404, 4));
+    // A dropped table's versions are still listed (what RestoreTable can
+    // bring back); a table that never was is TableNotFound, not a missing
+    // version.
+    let versions =
+        table_api::list_table_versions(&reader, "spec_b", None, None, None, None, Some(true))
+            .await
+            .unwrap();
+    assert_eq!(
+        versions.versions[0].metadata.as_ref().unwrap()["micromegas.operation"],
+        "drop"
+    );
+    table_api::describe_table_version(
+        &reader,
+        "spec_b",
+        models::DescribeTableVersionRequest::new(),
+        None,
+    )
+    .await
+    .unwrap();
+    let mut request = models::DescribeTableVersionRequest::new();
+    request.version = Some(1);
+    let (status, e) =
+        failure(table_api::describe_table_version(&reader, "spec_never", request, None).await);
+    assert_eq!((status, e.code), (404, 4));
 
     // Errors every route answers in the spec's shape: a wrong method (405),
     // a body over the limit (413), a request past the timeout (408, while
@@ -460,6 +493,23 @@ async fn the_generated_client_walks_every_operation() {
         .unwrap();
     let (status, e) = failure(table_api::drop_table(&admin, "spec_a", None).await);
     assert_eq!((status, e.code), (408, 17));
+    // The abandoned statement is cancelled, not left waiting on the lock.
+    let mut waiting = 1;
+    for _ in 0..50 {
+        waiting = locker
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%mm_drop_view%' AND state = 'active' AND pid <> pg_backend_pid()",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get::<_, i64>(0);
+        if waiting == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(waiting, 0, "the timed-out DropTable still runs");
     locker.batch_execute("ROLLBACK").await.unwrap();
     table_api::table_exists(&reader, "spec_a", models::TableExistsRequest::new(), None)
         .await
