@@ -61,8 +61,9 @@ suites() {
   MMV_TEST_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_client" \
     cargo test -p micromegas_views_client -p micromegas_views_cli -p micromegas_views_server \
       --features micromegas_views_client/integration,micromegas_views_cli/integration,micromegas_views_server/integration || failed=$((failed + 1))
-  echo "== [PostgreSQL $MMV_PG] the README's privilege table is the matrix (scripts/privileges_doc.sh)"
-  "$here/privileges_doc.sh" mmv_client --check "$root/README.md" || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] the docs are what a fresh install declares (scripts/privileges_doc.sh, scripts/sql_reference.sh)"
+  { "$here/privileges_doc.sh" mmv_client --check "$root/README.md" \
+    && "$here/sql_reference.sh" mmv_client --check "$root/docs/sql-reference.md"; } || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] the example job worker (scripts/job_worker_test.sh)"
   "$here/job_worker_test.sh" mmv_client || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] randomized DDL stress (scripts/stress.sh 4 50)"

@@ -143,6 +143,9 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
 
 --@replace CREATE FUNCTION micromegas.mm_revoke_audience(
 
+-- Every object of the extension carries a COMMENT (\df+, \d+, \dT+).
+--@verbatim api.sql:object_comments
+
 -- Every stored definition validated again, in materialization order, as the
 -- extension's own re-check (its timestamps and actor kept): date_bin's
 -- nullability reaches the stored schemas, and the findings their warnings.
