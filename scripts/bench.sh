@@ -16,13 +16,13 @@ cargo pgrx install --profile "$profile" --pg-config "$PG_CONFIG" $MMV_FEATURES >
 build_seconds=$(( $(date +%s) - start ))
 so="$("$PG_CONFIG" --pkglibdir)/micromegas_views.so"
 so_mib=$(awk "BEGIN { printf \"%.1f\", $(stat -c %s "$so") / 1048576 }")
-cargo build --release -q -p micromegas_views_client --example bench
+cargo build --release -q -p micromegas_views_bench
 "$here/cluster.sh" start >/dev/null
 trap '"$here/cluster.sh" stop' EXIT
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS mmv_bench" -c "CREATE DATABASE mmv_bench"
 psql -X -q -d mmv_bench -c "$MMV_INSTALL_SQL"
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -r), PostgreSQL $("$PG_CONFIG" --version | awk '{print $2}'), $(date -u +%F)"
 echo
-MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_bench" "$CARGO_TARGET_DIR/release/examples/bench"
+MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_bench" "$CARGO_TARGET_DIR/release/micromegas-views-bench"
 echo "| $profile .so size | $so_mib MiB | | | |"
 echo "| $profile build of the extension (this run; from scratch only on an empty target dir) | $build_seconds s | | | |"

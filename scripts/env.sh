@@ -50,7 +50,7 @@ as_postgres() {
 # that DROP SCHEMA public CASCADE cannot reach micromegas_views through it.
 # The test clusters install it in several databases, and the roles the
 # first CREATE EXTENSION made have members by then: the superuser running
-# these scripts adopts them (see "Roles" in the README).
+# these scripts adopts them (see "Roles" in docs/operations.md).
 export MMV_INSTALL_SQL="SET micromegas_views.adopt_existing_roles = on;
 CREATE SCHEMA IF NOT EXISTS btree_gist;
 CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;

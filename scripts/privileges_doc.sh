@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prints the privilege matrix (micromegas.mm_privilege_matrix(), declared in
 # sql/privileges.sql) as the Markdown table the README shows between its
-# <!-- privileges --> markers. With --check README.md, fails when the README's
+# <!-- privileges --> markers (docs/operations.md). With --check FILE, fails when its
 # table differs from the one a fresh install declares.
 #   privileges_doc.sh DB            print the table
 #   privileges_doc.sh DB --check F  compare with F's table

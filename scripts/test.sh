@@ -62,7 +62,7 @@ suites() {
     cargo test -p micromegas_views_client -p micromegas_views_cli -p micromegas_views_server \
       --features micromegas_views_client/integration,micromegas_views_cli/integration,micromegas_views_server/integration || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] the docs are what a fresh install declares (scripts/privileges_doc.sh, scripts/sql_reference.sh)"
-  { "$here/privileges_doc.sh" mmv_client --check "$root/README.md" \
+  { "$here/privileges_doc.sh" mmv_client --check "$root/docs/operations.md" \
     && "$here/sql_reference.sh" mmv_client --check "$root/docs/sql-reference.md"; } || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] the example job worker (scripts/job_worker_test.sh)"
   "$here/job_worker_test.sh" mmv_client || failed=$((failed + 1))
@@ -106,7 +106,7 @@ for v in $versions; do
 done
 
 # pg_upgrade between two of the versions just built and installed (15's
-# Debian build cannot be the old side: see "pg_upgrade" in the README).
+# Debian build cannot be the old side: see "pg_upgrade" in docs/operations.md).
 upgrade=skipped
 if [[ " $versions " == *" 16 "* && " $versions " == *" 18 "* ]]; then
   echo "== pg_upgrade of a populated catalog, PostgreSQL 16 -> 18 (scripts/pg_upgrade_test.sh)"

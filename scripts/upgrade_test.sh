@@ -87,7 +87,7 @@ SQL
   rows "$db" >"$MMV_RUN/upgrade.$from.before"
   if [ $needs_gist = no ]; then
     # The update needs btree_gist, which an UPDATE does not install: refused
-    # with Postgres' hint until an admin creates it (the README says so).
+    # with Postgres' hint until an admin creates it (docs/operations.md says so).
     if q "$db" -c "ALTER EXTENSION micromegas_views UPDATE" 2>"$MMV_RUN/upgrade.$from.refused"; then
       echo "upgrade from $from: updated without btree_gist"; status=1
     fi

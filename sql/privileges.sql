@@ -15,7 +15,7 @@
 -- functions and triggers. The regression test 21_privileges compares every
 -- object's effective privileges for every role with this matrix and fails on
 -- an object the matrix does not name; scripts/privileges_doc.sh renders it
--- for the README.
+-- for docs/operations.md.
 
 -- One row per public object: what each role is granted on it, beyond what
 -- it inherits (admin and service inherit the reader's rights; every role

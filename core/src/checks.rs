@@ -11,7 +11,7 @@ use crate::schema;
 use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::ScalarValue;
-use datafusion_expr::{Expr, LogicalPlan, Volatility, WindowFunctionDefinition};
+use datafusion_expr::{Expr, LogicalPlan};
 use sqlparser::ast::{visit_expressions, visit_relations, ObjectName, Query};
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
@@ -160,17 +160,6 @@ pub fn validate_parsed(
     })
 }
 
-/// A definition may not read one that failed to load (checked by the
-/// planner when it resolves the table, before anything else).
-pub(crate) fn failed_source(option: &str, name: &str, error: &str) -> Error {
-    Error::definition(format!(
-        "{option} reads materialized view \"{name}\", which failed to load"
-    ))
-    .with_detail(format!("\"{name}\": {error}"))
-    .with_hint(format!(
-        "Repair \"{name}\" first (CREATE OR REPLACE it), or read something else."
-    ))
-}
 
 const COUNT_RULE: &str = "The daemon decides that a partition is stale when this count differs from the one it recorded when it materialized the partition, so the count must read the raw block metadata that ingestion appends to (such as blocks), whose rows for an insert_time range change exactly when new data arrives.";
 const COUNT_HINT: &str = "For example: SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'";
@@ -289,7 +278,7 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
             return Ok(TreeNodeRecursion::Stop);
         }
         node.apply_expressions(|expr| {
-            problem = volatility_problem(option, expr);
+            problem = planner::volatility_problem(option, expr);
             Ok(if problem.is_some() {
                 TreeNodeRecursion::Stop
             } else {
@@ -303,52 +292,7 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
     }
 }
 
-/// The first call in `expr` of a function that is not immutable, as the
-/// error a definition gets for it. The planner runs it on table-function
-/// arguments too, which do not stay in the plan.
-pub(crate) fn volatility_problem(option: &str, expr: &Expr) -> Option<Error> {
-    let mut problem = None;
-    let _ = expr.apply(|e| {
-        if let Some((name, volatility)) = function_volatility(e) {
-            if volatility != Volatility::Immutable {
-                let kind = match volatility {
-                    Volatility::Stable => "stable",
-                    _ => "volatile",
-                };
-                problem = Some(
-                    Error::definition(format!("{option} calls {name}(), which is not immutable"))
-                        .with_detail(format!(
-                            "{name}() is {kind}: its result would be frozen into a partition instead of being recomputed."
-                        )),
-                );
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    problem
-}
 
-fn function_volatility(e: &Expr) -> Option<(String, Volatility)> {
-    match e {
-        Expr::ScalarFunction(f) => Some((f.func.name().to_string(), f.func.signature().volatility)),
-        Expr::AggregateFunction(f) => {
-            Some((f.func.name().to_string(), f.func.signature().volatility))
-        }
-        Expr::WindowFunction(w) => Some(match &w.fun {
-            WindowFunctionDefinition::AggregateUDF(f) => {
-                (f.name().to_string(), f.signature().volatility)
-            }
-            WindowFunctionDefinition::WindowUDF(f) => {
-                (f.name().to_string(), f.signature().volatility)
-            }
-        }),
-        Expr::HigherOrderFunction(f) => {
-            Some((f.func.name().to_string(), f.func.signature().volatility))
-        }
-        _ => None,
-    }
-}
 
 fn scanned_tables(plan: &LogicalPlan) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

@@ -24,6 +24,13 @@ use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+/// Logical plan nodes a query may plan to, counted as a tree (a CTE is
+/// counted once per reference), before the analyzer runs. The default of the
+/// superuser-only `micromegas_views.max_plan_nodes`.
+pub const DEFAULT_MAX_PLAN_NODES: usize = 10_000;
+/// The highest value `micromegas_views.max_plan_nodes` accepts.
+pub const MAX_MAX_PLAN_NODES: usize = 250_000;
+
 /// Stack of the helper thread. Only touched pages are committed.
 pub const STACK_BYTES: usize = 256 * 1024 * 1024;
 /// Helpers alive at once, counting those finishing an abandoned job.
@@ -47,7 +54,7 @@ impl Budget {
             deadline: None,
             timeout: None,
             cancelled: Arc::new(AtomicBool::new(false)),
-            max_plan_nodes: crate::planner::DEFAULT_MAX_PLAN_NODES,
+            max_plan_nodes: DEFAULT_MAX_PLAN_NODES,
         }
     }
 
@@ -61,9 +68,9 @@ impl Budget {
     }
 
     /// The plan-node limit of the job (clamped to
-    /// [`crate::planner::MAX_MAX_PLAN_NODES`]).
+    /// [`MAX_MAX_PLAN_NODES`]).
     pub fn with_max_plan_nodes(mut self, limit: usize) -> Self {
-        self.max_plan_nodes = limit.clamp(1, crate::planner::MAX_MAX_PLAN_NODES);
+        self.max_plan_nodes = limit.clamp(1, MAX_MAX_PLAN_NODES);
         self
     }
 
@@ -114,7 +121,7 @@ pub fn max_plan_nodes() -> usize {
     BUDGET.with(|b| {
         b.borrow()
             .as_ref()
-            .map_or(crate::planner::DEFAULT_MAX_PLAN_NODES, |b| b.max_plan_nodes)
+            .map_or(DEFAULT_MAX_PLAN_NODES, |b| b.max_plan_nodes)
     })
 }
 

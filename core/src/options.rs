@@ -102,7 +102,7 @@ pub struct OptionSpec {
     /// Stored in a column of its own (the queries and update_group);
     /// the others are keys of the `view_options` jsonb column.
     pub own_column: bool,
-    /// One line for the README table.
+    /// One line for the option table (docs/definitions.md).
     pub doc: &'static str,
 }
 
@@ -230,7 +230,7 @@ pub fn named_arguments_sql() -> String {
     args.join(", ")
 }
 
-/// The README's table of options.
+/// The table of options docs/definitions.md shows.
 pub fn markdown_table() -> String {
     let mut out = String::from("| option | type | default | meaning |\n|---|---|---|---|\n");
     for o in OPTIONS {
@@ -1144,12 +1144,12 @@ mod table_tests {
         );
     }
 
-    /// The README's option table is this module's, word for word.
+    /// The option table of docs/definitions.md is this module's, word for word.
     #[test]
     fn the_readme_table_is_the_option_table() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/definitions.md");
         let begin = "<!-- options table: generated from core/src/options.rs -->\n";
-        let start = readme.find(begin).expect("README has the option table") + begin.len();
+        let start = readme.find(begin).expect("docs/definitions.md has the option table") + begin.len();
         let end = start
             + readme[start..]
                 .find("<!-- end of options table -->")
@@ -1157,7 +1157,7 @@ mod table_tests {
         assert_eq!(
             &readme[start..end],
             markdown_table(),
-            "update README.md from options::markdown_table()"
+            "update docs/definitions.md from options::markdown_table()"
         );
     }
 

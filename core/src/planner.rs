@@ -8,13 +8,11 @@ use crate::functions::{registry, FunctionRegistry};
 use crate::isolate;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::config::ConfigOptions;
-use datafusion_common::tree_node::TreeNodeRecursion;
+use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::{plan_err, DataFusionError, Result as DfResult, TableReference};
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
-use datafusion_expr::{
-    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF,
-};
+use datafusion_expr::{AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF, Volatility, WindowFunctionDefinition};
 use datafusion_optimizer::{Analyzer, AnalyzerRule};
 use datafusion_sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion_sql::planner::SqlToRel;
@@ -34,12 +32,7 @@ pub const PARSER_RECURSION_LIMIT: usize = 256;
 /// long operator chain (`1 + 1 + …`) parses without recursion into a deep
 /// tree; everything downstream walks it recursively, so depth is capped here.
 pub const MAX_NESTING: usize = 500;
-/// Logical plan nodes a query may plan to, counted as a tree (a CTE is
-/// counted once per reference), before the analyzer runs. The default of the
-/// superuser-only `micromegas_views.max_plan_nodes`.
-pub const DEFAULT_MAX_PLAN_NODES: usize = 10_000;
-/// The highest value `micromegas_views.max_plan_nodes` accepts.
-pub const MAX_MAX_PLAN_NODES: usize = 250_000;
+pub use crate::isolate::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
 
 /// Substitutes the placeholders the services substitute at run time.
 pub fn substitute(query: &str) -> String {
@@ -334,7 +327,7 @@ impl ContextProvider for Provider<'_> {
                 ..
             }) => {
                 *self.interrupted.borrow_mut() =
-                    Some(crate::checks::failed_source(self.option, table, error));
+                    Some(failed_source(self.option, table, error));
                 plan_err!("view set \"{table}\" failed to load")
             }
             Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),
@@ -355,7 +348,7 @@ impl ContextProvider for Provider<'_> {
         // every other expression of the query.
         if let Some(problem) = args
             .iter()
-            .find_map(|arg| crate::checks::volatility_problem(self.option, arg))
+            .find_map(|arg| volatility_problem(self.option, arg))
         {
             *self.interrupted.borrow_mut() = Some(problem);
             return plan_err!("table function argument refused");
@@ -650,4 +643,63 @@ pub fn output_schema(plan: &LogicalPlan) -> SchemaRef {
         .map(|f| f.as_ref().clone())
         .collect();
     Arc::new(Schema::new(fields))
+}
+
+/// A definition may not read one that failed to load (checked by the
+/// planner when it resolves the table, before anything else).
+pub(crate) fn failed_source(option: &str, name: &str, error: &str) -> Error {
+    Error::definition(format!(
+        "{option} reads materialized view \"{name}\", which failed to load"
+    ))
+    .with_detail(format!("\"{name}\": {error}"))
+    .with_hint(format!(
+        "Repair \"{name}\" first (CREATE OR REPLACE it), or read something else."
+    ))
+}
+
+/// The first call in `expr` of a function that is not immutable, as the
+/// error a definition gets for it. The planner runs it on table-function
+/// arguments too, which do not stay in the plan.
+pub(crate) fn volatility_problem(option: &str, expr: &Expr) -> Option<Error> {
+    let mut problem = None;
+    let _ = expr.apply(|e| {
+        if let Some((name, volatility)) = function_volatility(e) {
+            if volatility != Volatility::Immutable {
+                let kind = match volatility {
+                    Volatility::Stable => "stable",
+                    _ => "volatile",
+                };
+                problem = Some(
+                    Error::definition(format!("{option} calls {name}(), which is not immutable"))
+                        .with_detail(format!(
+                            "{name}() is {kind}: its result would be frozen into a partition instead of being recomputed."
+                        )),
+                );
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    problem
+}
+
+fn function_volatility(e: &Expr) -> Option<(String, Volatility)> {
+    match e {
+        Expr::ScalarFunction(f) => Some((f.func.name().to_string(), f.func.signature().volatility)),
+        Expr::AggregateFunction(f) => {
+            Some((f.func.name().to_string(), f.func.signature().volatility))
+        }
+        Expr::WindowFunction(w) => Some(match &w.fun {
+            WindowFunctionDefinition::AggregateUDF(f) => {
+                (f.name().to_string(), f.signature().volatility)
+            }
+            WindowFunctionDefinition::WindowUDF(f) => {
+                (f.name().to_string(), f.signature().volatility)
+            }
+        }),
+        Expr::HigherOrderFunction(f) => {
+            Some((f.func.name().to_string(), f.func.signature().volatility))
+        }
+        _ => None,
+    }
 }
