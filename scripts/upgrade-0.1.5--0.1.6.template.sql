@@ -21,7 +21,10 @@
 --   out, so no hash changes) and its warnings are filled in;
 -- * list_view_set_definitions() and mm_explain_view() return a new column:
 --   they are dropped and created again, so a view of yours that selects
---   from them must be dropped before the update (it refuses otherwise).
+--   from them must be dropped before the update (it refuses otherwise);
+-- * a claim and a heartbeat send no NOTIFY on micromegas_jobs (a queued,
+--   finished or cancel-requested job still does), and a claim sweeps
+--   expired leases only when one has expired (#28).
 
 --@rust _mm_check_definition_with
 
@@ -128,6 +131,12 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
 --@replace CREATE FUNCTION micromegas.mm_claim_job(
 
 --@replace CREATE FUNCTION micromegas.mm_claim_jobs(
+
+-- A claim and a heartbeat no longer notify (a WHEN clause keeps the
+-- trigger function from being called at all).
+DROP TRIGGER jobs_notify ON micromegas.jobs;
+--@replace CREATE FUNCTION micromegas._mm_jobs_notify()
+--@verbatim jobs.sql:jobs_notify_triggers
 
 --@replace CREATE FUNCTION micromegas.mm_heartbeat_job(
 

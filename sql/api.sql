@@ -758,7 +758,7 @@ COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
   'micromegas_views.job_max_attempts';
 COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
-  'Trigger: notifies micromegas_jobs of a queued job and of a finished one (one payload per row)';
+  'Trigger: notifies micromegas_jobs of a job queued, finished or asked to stop (one payload per row; never for a claim or a heartbeat)';
 COMMENT ON FUNCTION micromegas._mm_keeps_creation(timestamp with time zone,text) IS
   'Whether a write keeps its given creation columns (a superuser loading a dumped row) or they are computed';
 COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS

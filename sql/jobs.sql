@@ -1,8 +1,8 @@
 -- micromegas_views: refresh jobs. Admins request work on a view set (a
 -- refresh, a regeneration bucket); the maintenance daemon's workers claim
 -- it with a lease (FOR UPDATE SKIP LOCKED: no job runs twice at once),
--- heartbeat, and finish it. Every state change is announced on
--- micromegas_jobs.
+-- heartbeat, and finish it. A queued job, a finished one and a cancellation
+-- request are announced on micromegas_jobs; a claim and a heartbeat are not.
 
 CREATE TABLE micromegas.jobs (
   job_id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
@@ -41,21 +41,31 @@ CREATE INDEX jobs_view ON micromegas.jobs (view_set_name, state);
 COMMENT ON TABLE micromegas.jobs IS
   'Work requested on view sets (refresh, regeneration), claimed by the daemon''s workers with a lease';
 
--- Every state change (and a cancellation request) is announced, once, at commit.
+-- A job queued (or queued again), finished, or asked to stop is announced at
+-- commit; a claim (queued -> running) and a heartbeat send nothing: the
+-- triggers' WHEN clauses keep them from even calling the function, so the
+-- daemon's claim and heartbeat pay no notification (Postgres queues every
+-- one under a global lock at commit, listened to or not).
 CREATE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  IF TG_OP = 'INSERT' OR NEW.state IS DISTINCT FROM OLD.state OR NEW.cancel_requested IS DISTINCT FROM OLD.cancel_requested THEN
-    PERFORM pg_notify('micromegas_jobs', json_build_object(
-      'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
-      'cancel_requested', NEW.cancel_requested)::text);
-  END IF;
+  PERFORM pg_notify('micromegas_jobs', json_build_object(
+    'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
+    'cancel_requested', NEW.cancel_requested)::text);
   RETURN NULL;
 END
 $$;
+-- <jobs_notify_triggers>
 CREATE TRIGGER jobs_notify
-  AFTER INSERT OR UPDATE ON micromegas.jobs
+  AFTER INSERT ON micromegas.jobs
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_jobs_notify();
+CREATE TRIGGER jobs_notify_change
+  AFTER UPDATE ON micromegas.jobs
+  FOR EACH ROW
+  WHEN ((NEW.state IS DISTINCT FROM OLD.state AND NEW.state <> 'running')
+        OR (NEW.cancel_requested AND NOT OLD.cancel_requested))
+  EXECUTE FUNCTION micromegas._mm_jobs_notify();
+-- </jobs_notify_triggers>
 CREATE TRIGGER jobs_no_truncate
   BEFORE TRUNCATE ON micromegas.jobs
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
@@ -192,12 +202,16 @@ $$;
 
 -- A worker claims up to max_jobs of the oldest queued jobs (of the given
 -- kinds), each with a lease of micromegas_views.job_lease and a token of
--- its own. No row: nothing to do.
+-- its own. No row: nothing to do. Expired leases are swept first, but only
+-- when there is one: the probe is one descent of jobs_running (the time is
+-- a parameter, so it is the index's condition, not a filter of every
+-- running job as clock_timestamp() in the query would be).
 CREATE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
 RETURNS SETOF micromegas.claimed_job
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_claim_jobs');
+  now_ts timestamptz := clock_timestamp();
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
@@ -206,7 +220,9 @@ BEGIN
     RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  PERFORM micromegas._mm_expire_leases();
+  IF EXISTS (SELECT 1 FROM micromegas.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now_ts) THEN
+    PERFORM micromegas._mm_expire_leases();
+  END IF;
   RETURN QUERY
     WITH picked AS (
       SELECT x.job_id, gen_random_uuid() AS token FROM micromegas.jobs x

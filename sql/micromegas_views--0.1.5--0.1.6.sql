@@ -21,7 +21,10 @@
 --   out, so no hash changes) and its warnings are filled in;
 -- * list_view_set_definitions() and mm_explain_view() return a new column:
 --   they are dropped and created again, so a view of yours that selects
---   from them must be dropped before the update (it refuses otherwise).
+--   from them must be dropped before the update (it refuses otherwise);
+-- * a claim and a heartbeat send no NOTIFY on micromegas_jobs (a queued,
+--   finished or cancel-requested job still does), and a claim sweeps
+--   expired leases only when one has expired (#28).
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -1149,6 +1152,7 @@ RETURNS SETOF micromegas.claimed_job
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_claim_jobs');
+  now_ts timestamptz := clock_timestamp();
 BEGIN
   IF coalesce(btrim(worker), '') = '' THEN
     RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
@@ -1157,7 +1161,9 @@ BEGIN
     RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  PERFORM micromegas._mm_expire_leases();
+  IF EXISTS (SELECT 1 FROM micromegas.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now_ts) THEN
+    PERFORM micromegas._mm_expire_leases();
+  END IF;
   RETURN QUERY
     WITH picked AS (
       SELECT x.job_id, gen_random_uuid() AS token FROM micromegas.jobs x
@@ -1175,6 +1181,28 @@ BEGIN
               j.lease_expires_at, p.token;
 END
 $$;
+
+-- A claim and a heartbeat no longer notify (a WHEN clause keeps the
+-- trigger function from being called at all).
+DROP TRIGGER jobs_notify ON micromegas.jobs;
+CREATE OR REPLACE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM pg_notify('micromegas_jobs', json_build_object(
+    'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
+    'cancel_requested', NEW.cancel_requested)::text);
+  RETURN NULL;
+END
+$$;
+CREATE TRIGGER jobs_notify
+  AFTER INSERT ON micromegas.jobs
+  FOR EACH ROW EXECUTE FUNCTION micromegas._mm_jobs_notify();
+CREATE TRIGGER jobs_notify_change
+  AFTER UPDATE ON micromegas.jobs
+  FOR EACH ROW
+  WHEN ((NEW.state IS DISTINCT FROM OLD.state AND NEW.state <> 'running')
+        OR (NEW.cancel_requested AND NOT OLD.cancel_requested))
+  EXECUTE FUNCTION micromegas._mm_jobs_notify();
 
 CREATE OR REPLACE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -1404,7 +1432,7 @@ COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
   'micromegas_views.job_max_attempts';
 COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
-  'Trigger: notifies micromegas_jobs of a queued job and of a finished one (one payload per row)';
+  'Trigger: notifies micromegas_jobs of a job queued, finished or asked to stop (one payload per row; never for a claim or a heartbeat)';
 COMMENT ON FUNCTION micromegas._mm_keeps_creation(timestamp with time zone,text) IS
   'Whether a write keeps its given creation columns (a superuser loading a dumped row) or they are computed';
 COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS

@@ -1,8 +1,8 @@
 //! The maintenance daemon's side of the job queue (`sql/jobs.sql`).
 //!
 //! A [`JobWorker`] LISTENs on `micromegas_jobs` and also polls, claims the
-//! oldest queued job (`mm_claim_job`: `FOR UPDATE SKIP LOCKED`, with a
-//! lease), runs the caller's handler while it heartbeats the lease, and
+//! oldest queued job (`mm_claim_jobs(worker, 1, kinds)`: `FOR UPDATE SKIP
+//! LOCKED`, with a lease), runs the caller's handler while it heartbeats the lease, and
 //! reports the handler's [`JobOutcome`] with `mm_finish_job`. Every claim
 //! carries a lease token, returned once by the claim and required by the
 //! heartbeat and the finish: the worker's name proves nothing (two workers
@@ -27,7 +27,7 @@ fn lease_lost(e: &tokio_postgres::Error) -> bool {
     e.code() == Some(&tokio_postgres::error::SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE)
 }
 
-/// A claimed job, as `mm_claim_job` returns it.
+/// A claimed job, as `mm_claim_jobs` returns it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
     pub job_id: String,
@@ -103,7 +103,7 @@ pub enum Ran {
 #[derive(Debug, Clone)]
 pub struct JobWorkerConfig {
     pub dsn: String,
-    /// The name `mm_claim_job` records as the job's worker.
+    /// The name `mm_claim_jobs` records as the job's worker.
     pub worker: String,
     /// Only these kinds (`None`: every kind).
     pub kinds: Option<Vec<String>>,
@@ -150,7 +150,7 @@ impl JobWorker {
             .query(
                 "SELECT job_id::text, kind, view_set_name, begin_time, end_time, params, attempts,
                         lease_token::text
-                   FROM micromegas.mm_claim_job($1, $2)",
+                   FROM micromegas.mm_claim_jobs($1, 1, $2)",
                 &[&self.config.worker, &self.config.kinds],
             )
             .await?;

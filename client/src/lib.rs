@@ -24,8 +24,10 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client};
 
+pub mod deny;
 mod jobs;
 pub mod tls;
+pub use deny::{DenyMatcher, QueryAttributes};
 pub use jobs::{Job, JobContext, JobOutcome, JobWorker, JobWorkerConfig, Ran, JOBS_CHANNEL};
 
 pub const CHANNEL: &str = "micromegas_view_definitions";

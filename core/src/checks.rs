@@ -160,7 +160,6 @@ pub fn validate_parsed(
     })
 }
 
-
 const COUNT_RULE: &str = "The daemon decides that a partition is stale when this count differs from the one it recorded when it materialized the partition, so the count must read the raw block metadata that ingestion appends to (such as blocks), whose rows for an insert_time range change exactly when new data arrives.";
 const COUNT_HINT: &str = "For example: SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= '{begin}' AND insert_time < '{end}'";
 
@@ -291,8 +290,6 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
         None => Ok(()),
     }
 }
-
-
 
 fn scanned_tables(plan: &LogicalPlan) -> BTreeSet<String> {
     let mut names = BTreeSet::new();

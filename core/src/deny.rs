@@ -6,15 +6,23 @@
 use crate::error::{Error, ErrorKind, Result};
 use crate::isolate;
 use crate::planner;
+use arrow_array::cast::AsArray;
 use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use datafusion_common::tree_node::Transformed;
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion_common::DFSchema;
+use datafusion_common::DataFusionError;
+use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
+use datafusion_expr::expr::InList;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
-use datafusion_expr::{Expr, ExprSchemable};
+use datafusion_expr::utils::split_conjunction;
+use datafusion_expr::ColumnarValue;
+use datafusion_expr::{BinaryExpr, Expr, ExprSchemable, Operator};
 use datafusion_optimizer::analyzer::type_coercion::TypeCoercionRewriter;
+use datafusion_physical_expr::expressions::{LikeExpr, Literal};
 use datafusion_physical_expr::{create_physical_expr, PhysicalExpr};
+use regex::{Regex, RegexBuilder};
 use sha2::{Digest, Sha256};
 use sqlparser::dialect::GenericDialect;
 use sqlparser::tokenizer::{Token, Tokenizer};
@@ -73,8 +81,20 @@ fn invalid(message: impl Into<String>) -> Error {
     Error::option(message)
 }
 
+/// A compiled rule: its expression, and what the matcher's index reads.
+pub struct Rule {
+    expr: Arc<dyn PhysicalExpr>,
+    /// A column and the values it must equal for the rule to be TRUE: from
+    /// a top-level conjunct `column = 'v'` or `column IN ('a', 'b')`. A rule
+    /// with a key is only evaluated for a context that holds one of them.
+    key: Option<(usize, Vec<String>)>,
+    /// Whether the expression reads `sql_hash` (the fingerprint of `sql`
+    /// is computed only when a rule to evaluate needs it).
+    reads_sql_hash: bool,
+}
+
 /// Compiles a rule's expression, with every check of `deny_queries`.
-pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
+pub fn compile(text: &str) -> Result<Rule> {
     if text.len() > MAX_EXPR_BYTES {
         return Err(Error::new(
             ErrorKind::ProgramLimit,
@@ -128,14 +148,245 @@ pub fn compile(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
         &ExecutionProps::new(),
         &PhysicalPlanningContext::default(),
     )
+    .and_then(compile_patterns)
     .map_err(|e| invalid("match_expr does not compile").with_detail(planner::df_message(&e)))?;
     // The canary: one evaluation over a probe row.
     let probe: [Option<String>; 12] =
         std::array::from_fn(|i| Some(format!("probe-{}", MATCH_COLUMNS[i])));
-    evaluate(&physical, &probe).map_err(|e| {
+    evaluate(&physical, &context_batch(&probe)?).map_err(|e| {
         invalid("match_expr fails on a probe row").with_detail(e.detail.unwrap_or(e.message))
     })?;
-    Ok(physical)
+    Ok(Rule {
+        expr: physical,
+        key: key_of(&coerced),
+        reads_sql_hash: coerced
+            .column_refs()
+            .iter()
+            .any(|c| c.name == MATCH_COLUMNS[SQL_HASH]),
+    })
+}
+
+/// The first top-level conjunct that only one set of values of one column
+/// can make TRUE: `column = 'v'` (either side) or `column IN ('a', 'b')`.
+/// Under SQL's rules the conjunction is then TRUE only when the column holds
+/// one of them (a NULL or any other value makes it FALSE or NULL).
+fn key_of(expr: &Expr) -> Option<(usize, Vec<String>)> {
+    fn column(e: &Expr) -> Option<usize> {
+        match e {
+            Expr::Column(c) if c.relation.is_none() => {
+                MATCH_COLUMNS.iter().position(|name| *name == c.name)
+            }
+            _ => None,
+        }
+    }
+    fn text(e: &Expr) -> Option<String> {
+        match e {
+            Expr::Literal(ScalarValue::Utf8(Some(t)), _)
+            | Expr::Literal(ScalarValue::Utf8View(Some(t)), _)
+            | Expr::Literal(ScalarValue::LargeUtf8(Some(t)), _) => Some(t.clone()),
+            _ => None,
+        }
+    }
+    split_conjunction(expr)
+        .into_iter()
+        .find_map(|conjunct| match conjunct {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => match (column(left), text(right), column(right), text(left)) {
+                (Some(c), Some(v), _, _) | (_, _, Some(c), Some(v)) => Some((c, vec![v])),
+                _ => None,
+            },
+            Expr::InList(InList {
+                expr,
+                list,
+                negated: false,
+            }) => {
+                let c = column(expr)?;
+                let values: Option<Vec<String>> = list.iter().map(text).collect();
+                values.map(|v| (c, v))
+            }
+            _ => None,
+        })
+}
+
+/// Every `LIKE`/`ILIKE` with a constant pattern becomes a [`CompiledLike`]:
+/// Arrow's kernel builds its regular expression again on each evaluation
+/// (for any pattern with `_` or `\\` or `%` inside), about 80 µs, which a
+/// rule checked on every query served cannot pay.
+fn compile_patterns(
+    expr: Arc<dyn PhysicalExpr>,
+) -> datafusion_common::Result<Arc<dyn PhysicalExpr>> {
+    expr.transform_up(|node| {
+        let any: &dyn std::any::Any = node.as_ref();
+        let Some(like) = any.downcast_ref::<LikeExpr>() else {
+            return Ok(Transformed::no(node));
+        };
+        let pattern: &dyn std::any::Any = like.pattern().as_ref();
+        let text = match pattern.downcast_ref::<Literal>().map(Literal::value) {
+            Some(ScalarValue::Utf8(Some(t)))
+            | Some(ScalarValue::LargeUtf8(Some(t)))
+            | Some(ScalarValue::Utf8View(Some(t))) => t.clone(),
+            _ => return Ok(Transformed::no(node)),
+        };
+        // A pattern whose automaton would pass the bound stays DataFusion's
+        // (built per evaluation, and dropped): what a backend keeps per
+        // cached rule is bounded.
+        let Ok(regex) = like_regex(&text, like.case_insensitive()) else {
+            return Ok(Transformed::no(node));
+        };
+        Ok(Transformed::yes(Arc::new(CompiledLike {
+            input: Arc::clone(like.expr()),
+            negated: like.negated(),
+            pattern: text,
+            case_insensitive: like.case_insensitive(),
+            regex,
+            original: Arc::clone(&node),
+        }) as Arc<dyn PhysicalExpr>))
+    })
+    .map(|t| t.data)
+}
+
+/// The most memory one kept LIKE automaton (and its lazy DFA's cache) may
+/// take.
+const COMPILED_LIKE_BYTES: usize = 256 * 1024;
+
+/// The regular expression of a LIKE pattern: `%` any run of characters,
+/// `_` one character, a backslash makes the next character literal (a
+/// trailing one is itself); `.` crosses newlines. Anchored at each end that
+/// is not a `%` (an unanchored search lets the regex engine look for the
+/// literal part first).
+fn like_regex(pattern: &str, case_insensitive: bool) -> datafusion_common::Result<Regex> {
+    enum Part {
+        Any,
+        One,
+        Text(char),
+    }
+    let mut parts = Vec::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        parts.push(match c {
+            '%' => Part::Any,
+            '_' => Part::One,
+            '\\' => Part::Text(chars.next().unwrap_or('\\')),
+            other => Part::Text(other),
+        });
+    }
+    let open_start = matches!(parts.first(), Some(Part::Any));
+    let open_end = matches!(parts.last(), Some(Part::Any));
+    let mut out = String::with_capacity(pattern.len() + 8);
+    if !open_start {
+        out.push('^');
+    }
+    let (from, to) = (
+        usize::from(open_start),
+        parts.len() - usize::from(open_end && parts.len() > usize::from(open_start)),
+    );
+    for part in &parts[from.min(to)..to] {
+        match part {
+            Part::Any => out.push_str(".*"),
+            Part::One => out.push('.'),
+            Part::Text(c) => out.push_str(&regex::escape(c.encode_utf8(&mut [0; 4]))),
+        }
+    }
+    if !open_end {
+        out.push('$');
+    }
+    RegexBuilder::new(&out)
+        .case_insensitive(case_insensitive)
+        .dot_matches_new_line(true)
+        .size_limit(COMPILED_LIKE_BYTES)
+        .dfa_size_limit(COMPILED_LIKE_BYTES)
+        .build()
+        .map_err(|e| {
+            DataFusionError::Plan(format!(
+                "the LIKE pattern {pattern:?} does not compile: {e}"
+            ))
+        })
+}
+
+/// `input [NOT] [I]LIKE 'constant'` with its regular expression built once.
+#[derive(Debug)]
+struct CompiledLike {
+    input: Arc<dyn PhysicalExpr>,
+    negated: bool,
+    pattern: String,
+    case_insensitive: bool,
+    regex: Regex,
+    /// DataFusion's own expression: what is shown, and what evaluates an
+    /// input that is not a string array.
+    original: Arc<dyn PhysicalExpr>,
+}
+
+impl PartialEq for CompiledLike {
+    fn eq(&self, other: &Self) -> bool {
+        self.original.eq(&other.original)
+    }
+}
+impl Eq for CompiledLike {}
+impl std::hash::Hash for CompiledLike {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.pattern.hash(state);
+        self.negated.hash(state);
+        self.case_insensitive.hash(state);
+        self.input.hash(state);
+    }
+}
+impl std::fmt::Display for CompiledLike {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.original.fmt(f)
+    }
+}
+
+impl PhysicalExpr for CompiledLike {
+    fn data_type(&self, _schema: &Schema) -> datafusion_common::Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn nullable(&self, schema: &Schema) -> datafusion_common::Result<bool> {
+        self.input.nullable(schema)
+    }
+
+    fn evaluate(&self, batch: &RecordBatch) -> datafusion_common::Result<ColumnarValue> {
+        let input = self.input.evaluate(batch)?.into_array(batch.num_rows())?;
+        let test = |v: Option<&str>| v.map(|s| self.regex.is_match(s) != self.negated);
+        let result: BooleanArray = match input.data_type() {
+            DataType::Utf8 => input.as_string::<i32>().iter().map(test).collect(),
+            DataType::LargeUtf8 => input.as_string::<i64>().iter().map(test).collect(),
+            DataType::Utf8View => input.as_string_view().iter().map(test).collect(),
+            _ => return self.original.evaluate(batch),
+        };
+        Ok(ColumnarValue::Array(Arc::new(result)))
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn PhysicalExpr>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn PhysicalExpr>>,
+    ) -> datafusion_common::Result<Arc<dyn PhysicalExpr>> {
+        let pattern = Arc::clone(self.original.children()[1]);
+        Ok(Arc::new(CompiledLike {
+            input: Arc::clone(&children[0]),
+            negated: self.negated,
+            pattern: self.pattern.clone(),
+            case_insensitive: self.case_insensitive,
+            regex: self.regex.clone(),
+            original: Arc::new(LikeExpr::new(
+                self.negated,
+                self.case_insensitive,
+                Arc::clone(&children[0]),
+                pattern,
+            )),
+        }))
+    }
+
+    fn fmt_sql(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.original.fmt_sql(f)
+    }
 }
 
 /// How many type conversions an expression holds.
@@ -171,18 +422,22 @@ fn refused_part(expr: &Expr) -> Option<String> {
     found
 }
 
-/// Evaluates a compiled rule on one context: `Some(true)` is a match, NULL
-/// is `None`.
-fn evaluate(expr: &Arc<dyn PhysicalExpr>, context: &[Option<String>; 12]) -> Result<Option<bool>> {
+/// One query's context as the one-row batch rules are evaluated on.
+fn context_batch<S: AsRef<str>>(context: &[Option<S>; 12]) -> Result<RecordBatch> {
     let (schema, _) = match_schema();
     let columns: Vec<ArrayRef> = context
         .iter()
-        .map(|v| Arc::new(StringArray::from(vec![v.as_deref()])) as ArrayRef)
+        .map(|v| Arc::new(StringArray::from(vec![v.as_ref().map(AsRef::as_ref)])) as ArrayRef)
         .collect();
-    let batch = RecordBatch::try_new(Arc::clone(schema), columns)
-        .map_err(|e| Error::internal("match context batch").with_detail(e.to_string()))?;
+    RecordBatch::try_new(Arc::clone(schema), columns)
+        .map_err(|e| Error::internal("match context batch").with_detail(e.to_string()))
+}
+
+/// Evaluates a compiled rule on one context's batch: `Some(true)` is a
+/// match, NULL is `None`.
+fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Result<Option<bool>> {
     let value = expr
-        .evaluate(&batch)
+        .evaluate(batch)
         .and_then(|v| v.into_array(1))
         .map_err(|e| {
             invalid("match_expr does not evaluate").with_detail(planner::df_message(&e))
@@ -195,13 +450,13 @@ fn evaluate(expr: &Arc<dyn PhysicalExpr>, context: &[Option<String>; 12]) -> Res
 }
 
 /// Compiled rules, by expression text: evaluating a stored rule compiles it once per backend.
-fn compiled(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<dyn PhysicalExpr>>>> = OnceLock::new();
+fn compiled(text: &str) -> Result<Arc<Rule>> {
+    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Rule>>>> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     if let Some(hit) = cache.lock().expect("cache").get(text) {
         return Ok(Arc::clone(hit));
     }
-    let expr = compile(text)?;
+    let expr = Arc::new(compile(text)?);
     let mut cache = cache.lock().expect("cache");
     if cache.len() >= 1024 {
         cache.clear();
@@ -210,35 +465,144 @@ fn compiled(text: &str) -> Result<Arc<dyn PhysicalExpr>> {
     Ok(expr)
 }
 
+/// Rules compiled once, tried in order: what a service keeps in memory to
+/// check every query it serves (the client crate's `DenyMatcher`), and what
+/// the SQL function builds from the stored rules (its compilations cached
+/// per backend). Rules with a key (see [`Rule`]) are indexed by it, so a
+/// context is evaluated only against the rules that can match it.
+pub struct Matcher {
+    rules: Vec<(String, Arc<Rule>)>,
+    /// Rules without a key, in order.
+    unkeyed: Vec<usize>,
+    /// Per column with keyed rules: each value and its rules, in order.
+    keyed: Vec<(usize, HashMap<String, Vec<usize>>)>,
+}
+
+impl Matcher {
+    /// Compiles `(rule_id, match_expr)` pairs; a rule that does not compile
+    /// is an error naming it.
+    pub fn new(rules: &[(String, String)]) -> Result<Matcher> {
+        Self::build(rules, |text| compile(text).map(Arc::new))
+    }
+
+    fn build(
+        rules: &[(String, String)],
+        compile: impl Fn(&str) -> Result<Arc<Rule>>,
+    ) -> Result<Matcher> {
+        let mut matcher = Matcher {
+            rules: Vec::with_capacity(rules.len()),
+            unkeyed: Vec::new(),
+            keyed: Vec::new(),
+        };
+        for (i, (id, text)) in rules.iter().enumerate() {
+            isolate::checkpoint()?;
+            let rule = compile(text).map_err(|e| {
+                Error::new(e.kind, format!("rule {id}: {}", e.message))
+                    .with_detail(e.detail.clone().unwrap_or_default())
+            })?;
+            match &rule.key {
+                None => matcher.unkeyed.push(i),
+                Some((column, values)) => {
+                    let at = match matcher.keyed.iter().position(|(c, _)| c == column) {
+                        Some(at) => at,
+                        None => {
+                            matcher.keyed.push((*column, HashMap::new()));
+                            matcher.keyed.len() - 1
+                        }
+                    };
+                    for value in values {
+                        let list = matcher.keyed[at].1.entry(value.clone()).or_default();
+                        if list.last() != Some(&i) {
+                            list.push(i);
+                        }
+                    }
+                }
+            }
+            matcher.rules.push((id.clone(), rule));
+        }
+        Ok(matcher)
+    }
+
+    /// The index of the first rule whose expression is TRUE for `context`
+    /// (`sql_hash`, when not given, is the fingerprint of `sql`).
+    pub fn first(&self, context: &[Option<String>; 12]) -> Result<Option<usize>> {
+        let borrowed: [Option<&str>; 12] = std::array::from_fn(|i| context[i].as_deref());
+        self.first_of(&borrowed)
+    }
+
+    /// [`Matcher::first`] on borrowed text.
+    pub fn first_of(&self, context: &[Option<&str>; 12]) -> Result<Option<usize>> {
+        let size: usize = context.iter().flatten().map(|s| s.len()).sum();
+        if size > MAX_CONTEXT_BYTES {
+            return Err(too_long("the match context", size));
+        }
+        // The fingerprint, computed at most once and only when needed.
+        let mut fingerprint: Option<String> = None;
+        let mut hash_of = |context: &[Option<&str>; 12]| -> Result<Option<String>> {
+            match (context[SQL_HASH], context[SQL]) {
+                (Some(given), _) => Ok(Some(given.to_string())),
+                (None, Some(sql)) => {
+                    if fingerprint.is_none() {
+                        fingerprint = Some(sql_hash(sql)?);
+                    }
+                    Ok(fingerprint.clone())
+                }
+                (None, None) => Ok(None),
+            }
+        };
+        // The rules that can match, in order.
+        let mut candidates = self.unkeyed.clone();
+        for (column, values) in &self.keyed {
+            let value = if *column == SQL_HASH {
+                hash_of(context)?
+            } else {
+                context[*column].map(str::to_string)
+            };
+            if let Some(hits) = value.as_deref().and_then(|v| values.get(v)) {
+                candidates.extend_from_slice(hits);
+            }
+        }
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        candidates.sort_unstable();
+        candidates.dedup();
+        let needs_hash = context[SQL_HASH].is_none()
+            && candidates.iter().any(|&i| self.rules[i].1.reads_sql_hash);
+        let batch = if needs_hash {
+            let hash = hash_of(context)?;
+            let mut full = *context;
+            full[SQL_HASH] = hash.as_deref();
+            context_batch(&full)?
+        } else {
+            context_batch(context)?
+        };
+        for i in candidates {
+            let (id, rule) = &self.rules[i];
+            isolate::checkpoint()?;
+            match evaluate(&rule.expr, &batch) {
+                Ok(Some(true)) => return Ok(Some(i)),
+                Ok(_) => {}
+                Err(e) => {
+                    return Err(Error::new(e.kind, format!("rule {id}: {}", e.message))
+                        .with_detail(e.detail.unwrap_or_default()))
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The index of the first rule (in the given order) whose expression is
-/// TRUE for `context`. A stored rule that no longer compiles or evaluates
-/// is an error naming it.
+/// TRUE for `context`. A stored rule that no longer compiles is an error
+/// naming it, whatever the context (every rule is compiled first); one that
+/// fails to evaluate is an error when it is evaluated — a rule whose key the
+/// context does not hold is not (it cannot be TRUE).
 pub fn first_match(
     rules: &[(String, String)],
     context: &[Option<String>; 12],
 ) -> Result<Option<usize>> {
-    let size: usize = context.iter().flatten().map(String::len).sum();
-    if size > MAX_CONTEXT_BYTES {
-        return Err(too_long("the match context", size));
-    }
-    // sql_hash, when not given, is the fingerprint of sql.
-    let mut context = context.clone();
-    if let (None, Some(sql)) = (&context[SQL_HASH], &context[SQL]) {
-        context[SQL_HASH] = Some(sql_hash(sql)?);
-    }
-    for (i, (id, text)) in rules.iter().enumerate() {
-        isolate::checkpoint()?;
-        let outcome = compiled(text).and_then(|expr| evaluate(&expr, &context));
-        match outcome {
-            Ok(Some(true)) => return Ok(Some(i)),
-            Ok(_) => {}
-            Err(e) => {
-                return Err(Error::new(e.kind, format!("rule {id}: {}", e.message))
-                    .with_detail(e.detail.unwrap_or_default()))
-            }
-        }
-    }
-    Ok(None)
+    Matcher::build(rules, compiled)?.first(context)
 }
 
 /// The fingerprint of a query text, as micromegas' audit log writes it:
@@ -393,6 +757,244 @@ mod tests {
         );
         assert_eq!(run(context(&[("user_id", "u")])), Some(2));
         assert_eq!(run(context(&[("user_id", "v")])), None);
+    }
+
+    /// Every rule evaluated on the context, in order, without the index.
+    fn first_without_index(
+        rules: &[(String, String)],
+        ctx: &[Option<String>; 12],
+    ) -> Option<usize> {
+        let mut full = ctx.clone();
+        if full[SQL_HASH].is_none() {
+            full[SQL_HASH] = full[SQL].as_deref().map(|s| sql_hash(s).unwrap());
+        }
+        let batch = context_batch(&full).unwrap();
+        rules.iter().position(|(_, text)| {
+            evaluate(&compile(text).unwrap().expr, &batch).unwrap() == Some(true)
+        })
+    }
+
+    #[test]
+    fn a_compiled_like_answers_what_datafusion_answers() {
+        use datafusion_physical_expr::expressions::Column;
+        let patterns = [
+            "",
+            "%",
+            "_",
+            "a%",
+            "%a",
+            "%a%",
+            "a_c",
+            "a\\%b",
+            "a\\_",
+            "\\\\",
+            "trailing\\",
+            "%.*%",
+            "(x)",
+            "a%b%c",
+            "%thread_spans_1%",
+            "ÅB%",
+            "%\n%",
+            "%s%",
+            "[a]",
+            "_%_",
+            "%%",
+            "%_",
+            "_%",
+            "%a\\%",
+            "%%a%%",
+            "ab%",
+            "%b",
+            "\\%%",
+            "%\\",
+        ];
+        let haystacks = [
+            Some(""),
+            Some("a"),
+            Some("abc"),
+            Some("a%b"),
+            Some("a_"),
+            Some("\\"),
+            Some("trailing\\"),
+            Some(".*"),
+            Some("(x)"),
+            Some("axbxc"),
+            Some("SELECT * FROM thread_spans_12"),
+            Some("åbc"),
+            Some("line\nline"),
+            Some("A"),
+            Some("ABC"),
+            Some("ſ"),
+            Some("[a]"),
+            Some("ab"),
+            None,
+        ];
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Utf8, true)]));
+        let batch = RecordBatch::try_new(
+            Arc::clone(&schema),
+            vec![Arc::new(StringArray::from(haystacks.to_vec())) as ArrayRef],
+        )
+        .unwrap();
+        let mut compiled_any = 0;
+        for pattern in patterns {
+            for (negated, case_insensitive) in
+                [(false, false), (true, false), (false, true), (true, true)]
+            {
+                let like: Arc<dyn PhysicalExpr> = Arc::new(LikeExpr::new(
+                    negated,
+                    case_insensitive,
+                    Arc::new(Column::new("v", 0)),
+                    Arc::new(Literal::new(ScalarValue::Utf8(Some(pattern.to_string())))),
+                ));
+                let theirs = like
+                    .evaluate(&batch)
+                    .unwrap()
+                    .into_array(batch.num_rows())
+                    .unwrap();
+                let compiled = compile_patterns(Arc::clone(&like)).unwrap();
+                let any: &dyn std::any::Any = compiled.as_ref();
+                compiled_any += usize::from(any.is::<CompiledLike>());
+                let ours = compiled
+                    .evaluate(&batch)
+                    .unwrap()
+                    .into_array(batch.num_rows())
+                    .unwrap();
+                assert_eq!(
+                    ours.as_boolean(),
+                    theirs.as_boolean(),
+                    "{pattern:?} negated {negated} case-insensitive {case_insensitive}"
+                );
+            }
+        }
+        assert_eq!(
+            compiled_any,
+            patterns.len() * 4,
+            "every constant pattern is compiled"
+        );
+        // A pattern whose automaton passes the bound is left to DataFusion,
+        // and answers the same.
+        let huge = format!("%{}x%", "_".repeat(2_000));
+        let like: Arc<dyn PhysicalExpr> = Arc::new(LikeExpr::new(
+            false,
+            false,
+            Arc::new(Column::new("v", 0)),
+            Arc::new(Literal::new(ScalarValue::Utf8(Some(huge)))),
+        ));
+        let kept = compile_patterns(Arc::clone(&like)).unwrap();
+        let any: &dyn std::any::Any = kept.as_ref();
+        assert!(any.is::<LikeExpr>(), "{kept}");
+        assert_eq!(
+            kept.evaluate(&batch)
+                .unwrap()
+                .into_array(batch.num_rows())
+                .unwrap()
+                .as_boolean(),
+            like.evaluate(&batch)
+                .unwrap()
+                .into_array(batch.num_rows())
+                .unwrap()
+                .as_boolean()
+        );
+    }
+
+    #[test]
+    fn the_index_keys_only_what_decides_a_match() {
+        let key = |text: &str| {
+            let text = text.to_string();
+            isolate::run(move || compile(&text).map(|r| r.key)).unwrap()
+        };
+        let at = |name: &str| MATCH_COLUMNS.iter().position(|c| *c == name).unwrap();
+        assert_eq!(key("client = 'a'"), Some((at("client"), vec!["a".into()])));
+        assert_eq!(
+            key("'a' = client AND sql LIKE '%x%'"),
+            Some((at("client"), vec!["a".into()]))
+        );
+        assert_eq!(
+            key("sql LIKE '%x%' AND user_id IN ('u', 'v')"),
+            Some((at("user_id"), vec!["u".into(), "v".into()]))
+        );
+        // Not keys: a disjunction, a negation, a list with a computed value, a
+        // comparison of two columns, an inequality.
+        for text in [
+            "client = 'a' OR user_id = 'u'",
+            "NOT (client = 'a')",
+            "client NOT IN ('a')",
+            "client IN ('a', upper(user_id))",
+            "client = user_id",
+            "client <> 'a'",
+            "(client = 'a') IS NOT FALSE",
+        ] {
+            assert_eq!(key(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn the_index_agrees_with_evaluating_every_rule() {
+        let shapes = [
+            "client = 'a'",
+            "'b' = client AND sql LIKE '%spans%'",
+            "client IN ('a', 'c') AND session IS NOT NULL",
+            "sql LIKE '%spans%'",
+            "user_id = 'u' OR client = 'b'",
+            "user_id = 'u'",
+            "sql_hash = 'SPANS_HASH'",
+            "sql_hash IN ('SPANS_HASH', 'x') AND client = 'c'",
+            "upper(notebook) = 'N' AND client = 'a'",
+            "client = 'a' AND user_id = 'v'",
+        ];
+        let spans_hash = sql_hash("SELECT * FROM thread_spans").unwrap();
+        let shapes: Vec<String> = shapes
+            .iter()
+            .map(|s| s.replace("SPANS_HASH", &spans_hash))
+            .collect();
+        let values = [
+            None,
+            Some("a"),
+            Some("b"),
+            Some("c"),
+            Some("u"),
+            Some("v"),
+            Some("n"),
+        ];
+        let sqls = [None, Some("SELECT * FROM thread_spans"), Some("select 1")];
+        isolate::run(move || {
+            // Every ordered choice of three shapes, against many contexts.
+            for a in 0..shapes.len() {
+                for b in 0..shapes.len() {
+                    for c in 0..shapes.len() {
+                        let rules: Vec<(String, String)> = [a, b, c]
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &s)| (format!("r{i}"), shapes[s].clone()))
+                            .collect();
+                        let matcher = Matcher::new(&rules).unwrap();
+                        for (n, client) in values.iter().enumerate() {
+                            let user = values[(n * 3 + a) % values.len()];
+                            let notebook = values[(n + b) % values.len()];
+                            let session = values[(n + c) % values.len()];
+                            for sql in sqls {
+                                for given_hash in [None, Some(spans_hash.as_str())] {
+                                    let mut ctx: [Option<String>; 12] = Default::default();
+                                    ctx[3] = client.map(str::to_string);
+                                    ctx[0] = user.map(str::to_string);
+                                    ctx[7] = notebook.map(str::to_string);
+                                    ctx[6] = session.map(str::to_string);
+                                    ctx[SQL] = sql.map(str::to_string);
+                                    ctx[SQL_HASH] = given_hash.map(str::to_string);
+                                    assert_eq!(
+                                        matcher.first(&ctx).unwrap(),
+                                        first_without_index(&rules, &ctx),
+                                        "{rules:?} on {ctx:?}"
+                                    );
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
     }
 
     #[test]

@@ -1149,7 +1149,10 @@ mod table_tests {
     fn the_readme_table_is_the_option_table() {
         let readme = include_str!("../../docs/definitions.md");
         let begin = "<!-- options table: generated from core/src/options.rs -->\n";
-        let start = readme.find(begin).expect("docs/definitions.md has the option table") + begin.len();
+        let start = readme
+            .find(begin)
+            .expect("docs/definitions.md has the option table")
+            + begin.len();
         let end = start
             + readme[start..]
                 .find("<!-- end of options table -->")

@@ -12,7 +12,10 @@ use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::{plan_err, DataFusionError, Result as DfResult, TableReference};
 use datafusion_expr::logical_plan::builder::LogicalTableSource;
 use datafusion_expr::planner::{ContextProvider, ExprPlanner};
-use datafusion_expr::{AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, WindowUDF, Volatility, WindowFunctionDefinition};
+use datafusion_expr::{
+    AggregateUDF, Expr, HigherOrderUDF, LogicalPlan, ScalarUDF, TableSource, Volatility,
+    WindowFunctionDefinition, WindowUDF,
+};
 use datafusion_optimizer::{Analyzer, AnalyzerRule};
 use datafusion_sql::parser::{DFParserBuilder, Statement as DfStatement};
 use datafusion_sql::planner::SqlToRel;
@@ -326,8 +329,7 @@ impl ContextProvider for Provider<'_> {
                 load_error: Some(error),
                 ..
             }) => {
-                *self.interrupted.borrow_mut() =
-                    Some(failed_source(self.option, table, error));
+                *self.interrupted.borrow_mut() = Some(failed_source(self.option, table, error));
                 plan_err!("view set \"{table}\" failed to load")
             }
             Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),

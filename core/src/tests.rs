@@ -1054,8 +1054,20 @@ fn non_composable_merge_is_silent_on_order_aggregates_and_filters() {
 /// The core's modules in layers: each imports only modules listed before
 /// it (so they read top to bottom, and no import cycle can come back).
 const LAYERS: &[&str] = &[
-    "error", "isolate", "schema", "catalog", "functions", "planner", "author", "ddl", "options",
-    "checks", "builtins", "prepare", "deny", "properties",
+    "error",
+    "isolate",
+    "schema",
+    "catalog",
+    "functions",
+    "planner",
+    "author",
+    "ddl",
+    "options",
+    "checks",
+    "builtins",
+    "prepare",
+    "deny",
+    "properties",
 ];
 
 #[test]
@@ -1065,7 +1077,10 @@ fn modules_import_only_from_layers_below() {
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let module = path.file_stem().unwrap().to_str().unwrap().to_string();
-        if path.extension().and_then(|e| e.to_str()) != Some("rs") || module == "lib" || module == "tests" {
+        if path.extension().and_then(|e| e.to_str()) != Some("rs")
+            || module == "lib"
+            || module == "tests"
+        {
             continue;
         }
         let position = LAYERS
@@ -1092,5 +1107,9 @@ fn modules_import_only_from_layers_below() {
         }
         seen.insert(module);
     }
-    assert_eq!(seen.len(), LAYERS.len(), "LAYERS names a module that does not exist");
+    assert_eq!(
+        seen.len(),
+        LAYERS.len(),
+        "LAYERS names a module that does not exist"
+    );
 }

@@ -498,7 +498,10 @@ async fn the_generated_client_walks_every_operation() {
     for _ in 0..50 {
         // (pg_stat_activity is a snapshot per transaction: the locker's
         // transaction asks for a fresh one each time)
-        locker.batch_execute("SELECT pg_stat_clear_snapshot()").await.unwrap();
+        locker
+            .batch_execute("SELECT pg_stat_clear_snapshot()")
+            .await
+            .unwrap();
         waiting = locker
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity WHERE query LIKE '%mm_drop_view%' AND state = 'active' AND pid <> pg_backend_pid()",
