@@ -397,6 +397,9 @@ fn denied_functions() {
         ("SELECT * FROM materialize_partitions('a', '{begin}', '{end}', 60)", "materialize_partitions"),
         ("SELECT * FROM regenerate_partitions('a', '{begin}', '{end}', 60)", "regenerate_partitions"),
         ("SELECT * FROM perfetto_trace_chunks('p', 'both', '{begin}', '{end}')", "perfetto_trace_chunks"),
+        ("SELECT * FROM retire_partition_by_metadata('a', 'b', '{begin}', '{end}')", "retire_partition_by_metadata"),
+        ("SELECT retire_partition_by_file('f') AS x", "retire_partition_by_file"),
+        ("SELECT remove_query_denial('r') AS x", "remove_query_denial"),
     ] {
         assert_eq!(
             rejected(&[("extract_query", query)]),

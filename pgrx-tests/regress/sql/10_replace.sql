@@ -54,10 +54,16 @@ SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('log_entries',
   (SELECT jsonb_set(schema_json, '{fields}', (SELECT jsonb_agg(f) FROM jsonb_array_elements(schema_json->'fields') f WHERE f->>'name' <> 'level'))::text
      FROM micromegas.builtin_view_sets WHERE view_set_name = 'log_entries'), 2000);
 SELECT view_set_name, load_status, load_error FROM micromegas.list_view_set_definitions() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats' ORDER BY 1;
+-- What the services and the daemon load leaves failed definitions out.
+SELECT (SELECT count(*) FROM micromegas.list_view_sets() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats') AS in_list_view_sets,
+       (SELECT count(*) FROM micromegas.mm_view_set_snapshot() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats') AS in_snapshot;
 SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('log_entries',
   (SELECT jsonb_set(schema_json, '{fields}', (schema_json->'fields') || '[{"name": "level", "type": "Int32"}]')::text
      FROM micromegas.builtin_view_sets WHERE view_set_name = 'log_entries'), 2000);
 SELECT view_set_name, load_status, load_error FROM micromegas.list_view_set_definitions() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats' ORDER BY 1;
+-- ...and has them again once they load.
+SELECT (SELECT count(*) FROM micromegas.list_view_sets() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats') AS in_list_view_sets,
+       (SELECT count(*) FROM micromegas.mm_view_set_snapshot() WHERE view_set_name LIKE 'r\_%' OR view_set_name = 'log_stats') AS in_snapshot;
 -- A failed definition can be re-validated by rewriting it: still broken is an error.
 SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('log_entries',
   (SELECT jsonb_set(schema_json, '{fields}', (SELECT jsonb_agg(f) FROM jsonb_array_elements(schema_json->'fields') f WHERE f->>'name' <> 'level'))::text

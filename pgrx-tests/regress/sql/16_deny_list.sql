@@ -54,6 +54,10 @@ SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromeg
 SELECT micromegas.mm_record_query_denial_hits(ARRAY(SELECT rule_id FROM micromegas.query_deny_list WHERE reason LIKE 'incident%'),
                                               '2026-01-01 00:00:00+00');
 SELECT reason, last_hit_at FROM micromegas.list_query_denials() WHERE last_hit_at IS NOT NULL;
+-- A rule that does not exist is skipped (one rule recorded of two ids); a
+-- NULL time is now.
+SELECT micromegas.mm_record_query_denial_hits(ARRAY[gen_random_uuid()] || ARRAY(SELECT rule_id FROM micromegas.query_deny_list WHERE reason LIKE 'incident%'), NULL);
+SELECT reason, last_hit_at > now() - interval '1 minute' AS hit_now FROM micromegas.list_query_denials() WHERE last_hit_at IS NOT NULL;
 
 -- 5. Removing: the three outcomes, as text.
 SELECT micromegas.remove_query_denial(rule_id) = 'SUCCESS: removed rule ' || rule_id AS removed

@@ -103,6 +103,17 @@ SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, %L, true)$$
 SELECT state, worker FROM micromegas.mm_job(:'j3');
 RESET micromegas_views.job_lease;
 SELECT micromegas.mm_finish_job(:'j3', :'t3b', true);
+-- A lease that runs out on the last claim allowed fails the job (phase
+-- lease); the next claim finds the expired lease and sweeps it first.
+SELECT micromegas.mm_refresh_view('j_v', '2024-02-03', '2024-02-04') AS j3c \gset
+SET micromegas_views.job_lease = '1s';
+SET micromegas_views.job_max_attempts = 1;
+SELECT job_id = :'j3c' AS claimed FROM micromegas.mm_claim_job('w1');
+SELECT pg_sleep(1.2);
+SELECT count(*) AS claimed_again FROM micromegas.mm_claim_job('w1');
+SELECT state, attempts, failure_phase, failure_retryable FROM micromegas.mm_job(:'j3c');
+RESET micromegas_views.job_max_attempts;
+RESET micromegas_views.job_lease;
 -- Only a superuser may change the lease and the attempts.
 CREATE ROLE mmv_jobs_nobody;
 SET ROLE mmv_jobs_nobody;

@@ -67,3 +67,11 @@ SELECT count(*) FILTER (WHERE public <> '') AS public, count(*) FILTER (WHERE re
   FROM micromegas.mm_privilege_matrix();
 
 DROP ROLE mmv_priv_nobody;
+
+-- An object the matrix does not name stops the install and every upgrade
+-- (both apply the matrix with _mm_apply_privileges): it needs a decision.
+BEGIN;
+CREATE FUNCTION micromegas.mm_undeclared() RETURNS int LANGUAGE sql AS 'SELECT 1';
+CREATE TABLE micromegas.undeclared_table (a int);
+SELECT sqlstate, message FROM mmv_try('SELECT micromegas._mm_apply_privileges()');
+ROLLBACK;
