@@ -24,7 +24,9 @@
 --   from them must be dropped before the update (it refuses otherwise);
 -- * a claim and a heartbeat send no NOTIFY on micromegas_jobs (a queued,
 --   finished or cancel-requested job still does), and a claim sweeps
---   expired leases only when one has expired (#28).
+--   expired leases only when one has expired (#28);
+-- * _mm_lock_catalog, _mm_next_version, mm_catalog_version, _mm_actor and
+--   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28).
 
 --@rust _mm_check_definition_with
 
@@ -94,6 +96,13 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
   'One row written by a read-only dry run, kept in its arrays';
 
 -- Every writing function, now calling _mm_require_writable first.
+-- The small helpers on the write path in PL/pgSQL (plans kept), not SQL.
+--@replace CREATE FUNCTION micromegas._mm_lock_catalog()
+--@replace CREATE FUNCTION micromegas._mm_next_version()
+--@replace CREATE FUNCTION micromegas.mm_catalog_version()
+--@replace CREATE FUNCTION micromegas._mm_actor()
+--@replace CREATE FUNCTION micromegas._mm_incompatible_count(
+
 --@replace CREATE FUNCTION micromegas.mm_create_view(statement text)
 
 --@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,

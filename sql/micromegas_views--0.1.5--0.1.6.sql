@@ -24,7 +24,9 @@
 --   from them must be dropped before the update (it refuses otherwise);
 -- * a claim and a heartbeat send no NOTIFY on micromegas_jobs (a queued,
 --   finished or cancel-requested job still does), and a claim sweeps
---   expired leases only when one has expired (#28).
+--   expired leases only when one has expired (#28);
+-- * _mm_lock_catalog, _mm_next_version, mm_catalog_version, _mm_actor and
+--   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28).
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -644,6 +646,46 @@ COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], 
   'One row written by a read-only dry run, kept in its arrays';
 
 -- Every writing function, now calling _mm_require_writable first.
+-- The small helpers on the write path in PL/pgSQL (plans kept), not SQL.
+CREATE OR REPLACE FUNCTION micromegas._mm_lock_catalog() RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+BEGIN
+  SELECT s.version INTO v FROM micromegas.catalog_state s FOR UPDATE;
+  RETURN v;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_next_version() RETURNS bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+BEGIN
+  UPDATE micromegas.catalog_state SET version = version + 1 RETURNING version INTO v;
+  RETURN v;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_catalog_version() RETURNS bigint
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN (SELECT s.version FROM micromegas.catalog_state s);
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_actor() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text);
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_incompatible_count(name text) RETURNS bigint
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN (SELECT count(*) FROM micromegas.lakehouse_partitions p
+            JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+           WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash);
+END
+$$;
+
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)
 RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$

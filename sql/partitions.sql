@@ -437,10 +437,12 @@ $$;
 
 -- How many partitions of a view set do not match its current schema.
 CREATE FUNCTION micromegas._mm_incompatible_count(name text) RETURNS bigint
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT count(*) FROM micromegas.lakehouse_partitions p
-    JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
-   WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN (SELECT count(*) FROM micromegas.lakehouse_partitions p
+            JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+           WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash);
+END
 $$;
 
 -- Seed 002: retires every incompatible partition; one row per view set and

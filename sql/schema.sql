@@ -202,19 +202,34 @@ COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS
 
 -- The catalog lock and version. SECURITY DEFINER: admins may not write
 -- catalog_state themselves, so the version can only move forward by one.
+-- PL/pgSQL, not SQL, here and for the other small helpers on the write
+-- path: Postgres (before 18) parses and plans a SQL function's body on
+-- every call, PL/pgSQL keeps its plans (a CREATE + DROP is ~10% faster).
 CREATE FUNCTION micromegas._mm_lock_catalog() RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT s.version FROM micromegas.catalog_state s FOR UPDATE
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+BEGIN
+  SELECT s.version INTO v FROM micromegas.catalog_state s FOR UPDATE;
+  RETURN v;
+END
 $$;
 
 CREATE FUNCTION micromegas._mm_next_version() RETURNS bigint
-LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  UPDATE micromegas.catalog_state SET version = version + 1 RETURNING version
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  v bigint;
+BEGIN
+  UPDATE micromegas.catalog_state SET version = version + 1 RETURNING version INTO v;
+  RETURN v;
+END
 $$;
 
 CREATE FUNCTION micromegas.mm_catalog_version() RETURNS bigint
-LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT s.version FROM micromegas.catalog_state s
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN (SELECT s.version FROM micromegas.catalog_state s);
+END
 $$;
 COMMENT ON FUNCTION micromegas.mm_catalog_version() IS
   'Strictly increases with every committed change to the definitions, drops included';
@@ -229,8 +244,10 @@ END
 $$;
 
 CREATE FUNCTION micromegas._mm_actor() RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  RETURN coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text);
+END
 $$;
 
 -- Re-checks every definition that reads `source` after `source` changed
