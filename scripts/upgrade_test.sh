@@ -17,7 +17,7 @@ source "$here/describe.sh"
 rows() {
   q "$1" -c "SELECT view_set_name, definition_sql, update_group, encode(schema_hash, 'hex'), reads, created_at,
                     updated_at, updated_by, load_status
-               FROM micromegas.lakehouse_view_set_definitions ORDER BY 1"
+               FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name <> 'u_broken' ORDER BY 1"
 }
 # The built-in view sets as shipped: an upgrade brings them to what a fresh
 # install of the new version has.
@@ -83,6 +83,20 @@ UPDATE micromegas.lakehouse_view_set_definitions d
 SQL
     got=$(q "$db" -c "SELECT schema_json->'fields'->0->>'nullable' FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'")
     [ "$got" = false ] || { echo "upgrade from 0.1.5: could not write the 0.1.5 schema form ($got)"; status=1; }
+    # A stored definition that no longer validates (written with triggers
+    # off: its text reads a source that does not exist): the upgrade marks
+    # it failed to load with a WARNING naming it, and does not stop; the
+    # view it reads (log_stats, whose stored schema the upgrade moves) is
+    # not marked failed because of it.
+    q "$db" >/dev/null <<'SQL'
+SELECT micromegas.mm_create_view(replace(definition_sql, 'u_daily', 'u_broken'))
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'u_daily';
+SET session_replication_role = replica;
+UPDATE micromegas.lakehouse_view_set_definitions
+   SET definition_sql = replace(definition_sql, 'FROM log_stats', 'FROM no_such_source'),
+       extract_query = replace(extract_query, 'FROM log_stats', 'FROM no_such_source')
+ WHERE view_set_name = 'u_broken';
+SQL
   fi
   rows "$db" >"$MMV_RUN/upgrade.$from.before"
   if [ $needs_gist = no ]; then
@@ -95,7 +109,19 @@ SQL
       || { echo "upgrade from $from: unexpected refusal: $(cat "$MMV_RUN/upgrade.$from.refused")"; status=1; }
     q "$db" -c "CREATE SCHEMA btree_gist" -c "CREATE EXTENSION btree_gist SCHEMA btree_gist"
   fi
-  q "$db" -c "ALTER EXTENSION micromegas_views UPDATE"
+  q "$db" -c "ALTER EXTENSION micromegas_views UPDATE" 2>"$MMV_RUN/upgrade.$from.stderr"
+  cat "$MMV_RUN/upgrade.$from.stderr" >&2
+  if [ "$from" = 0.1.5 ]; then
+    grep -q 'WARNING:  micromegas_views 0.1.6: materialized view "u_broken" no longer validates and is marked failed to load' \
+      "$MMV_RUN/upgrade.$from.stderr" || { echo "upgrade from 0.1.5: no warning for the definition that no longer validates"; status=1; }
+    grep -q 'no_such_source' "$MMV_RUN/upgrade.$from.stderr" || { echo "upgrade from 0.1.5: the warning does not give the reason"; status=1; }
+    # It reads log_stats, whose schema the upgrade moves: log_stats and
+    # u_daily still load (rows() above compares them), u_broken alone fails.
+    got=$(q "$db" -c "SELECT load_status || ' ' || (load_error LIKE '%no_such_source%') FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'u_broken'")
+    [ "$got" = "failed true" ] || { echo "upgrade from 0.1.5: u_broken is '$got'"; status=1; }
+    n=$(awk '/no longer validates and is marked failed/ { n++ } END { print n + 0 }' "$MMV_RUN/upgrade.$from.stderr")
+    [ "$n" = 1 ] || { echo "upgrade from 0.1.5: $n warnings for one definition that no longer validates"; status=1; }
+  fi
   if [ "$from" = 0.1.4 ]; then
     jobs=$(q "$db" -c "SELECT string_agg(state || ':' || coalesce(failure_phase, '-'), ',' ORDER BY begin_time) FROM micromegas.jobs")
     [ "$jobs" = "queued:lease,queued:-" ] || { echo "upgrade from 0.1.4: jobs are $jobs, expected the running one requeued"; status=1; }
@@ -120,13 +146,14 @@ SQL
   [ "$got" = true ] || { echo "upgrade from $from: log_stats' time_bin is stored nullable=$got"; status=1; }
   # Re-validating every definition now changes no stored schema.
   schemas "$db" >"$MMV_RUN/upgrade.$from.schemas"
-  q "$db" -c "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql" >/dev/null
+  q "$db" -c "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql WHERE load_status = 'ok'" >/dev/null
   schemas "$db" >"$MMV_RUN/upgrade.$from.schemas.again"
   diff -u "$MMV_RUN/upgrade.$from.schemas" "$MMV_RUN/upgrade.$from.schemas.again" || { echo "upgrade from $from: stored schemas were stale"; status=1; }
   describe "$db" >"$MMV_RUN/upgrade.$from.objects"
   diff -u "$MMV_RUN/upgrade.fresh" "$MMV_RUN/upgrade.$from.objects" || { echo "upgrade from $from: objects differ from a fresh install"; status=1; }
   # The upgraded extension still works.
   q "$db" -c "SELECT status FROM micromegas.mm_drop_view('u_daily')" >/dev/null
+  [ "$from" = 0.1.5 ] && q "$db" -c "SELECT status FROM micromegas.mm_drop_view('u_broken')" >/dev/null
   [ $status = 0 ] && echo "upgrade from $from to $current: rows kept, objects identical to a fresh install"
 done
 exit $status

@@ -26,7 +26,10 @@
 --   finished or cancel-requested job still does), and a claim sweeps
 --   expired leases only when one has expired (#28);
 -- * _mm_lock_catalog, _mm_next_version, mm_catalog_version, _mm_actor and
---   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28).
+--   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28);
+-- * while the extension's own script runs, a definition whose schema moved
+--   re-checks its dependents leniently: one that no longer validates is
+--   marked failed instead of failing the definition it reads.
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -281,6 +284,19 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
+END
+$$;
+
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
+    -- Re-validated after a failure: what reads it may load again.
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
+  ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, NOT micromegas._mm_installing());
+  END IF;
+  RETURN NULL;
 END
 $$;
 
@@ -1735,14 +1751,19 @@ COMMENT ON DOMAIN micromegas.view_set_name IS 'A view set name as a function arg
 -- Every stored definition validated again, in materialization order, as the
 -- extension's own re-check (its timestamps and actor kept): date_bin's
 -- nullability reaches the stored schemas, and the findings their warnings.
--- One whose dependents' schemas move rewrites them too. One that no longer
--- validates here (e.g. it was created under a higher max_plan_nodes) is
+-- One whose dependents' schemas move rewrites them too; a dependent that no
+-- longer validates is marked failed (the re-checks are lenient while this
+-- script runs), never the definition it reads. One that no longer
+-- validates itself (e.g. it was created under a higher max_plan_nodes) is
 -- marked failed to load with the reason, as a re-check marks it, instead
--- of stopping the upgrade.
+-- of stopping the upgrade. Each definition the upgrade leaves failed gets
+-- one WARNING with its reason.
 DO $upgrade$
 DECLARE
   d record;
   problem text;
+  loaded text[] := ARRAY(SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
+                          WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name);
 BEGIN
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
   FOR d IN SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
@@ -1756,11 +1777,15 @@ BEGIN
       UPDATE micromegas.lakehouse_view_set_definitions x
          SET load_status = 'failed', load_error = format('no longer valid when upgraded to 0.1.6: %s', problem)
        WHERE x.view_set_name = d.view_set_name;
-      RAISE WARNING 'micromegas_views 0.1.6: materialized view "%" no longer validates and is marked failed to load: %',
-        d.view_set_name, problem;
     END;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
+  FOR d IN SELECT x.view_set_name, x.load_error FROM micromegas.lakehouse_view_set_definitions x
+            WHERE x.view_set_name = ANY (loaded) AND x.load_status = 'failed'
+            ORDER BY x.update_group, x.view_set_name LOOP
+    RAISE WARNING 'micromegas_views 0.1.6: materialized view "%" no longer validates and is marked failed to load: %',
+      d.view_set_name, d.load_error;
+  END LOOP;
 END
 $upgrade$;
 

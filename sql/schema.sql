@@ -669,7 +669,12 @@ $$;
 
 -- AFTER UPDATE of a definition whose schema or group moved: its dependents
 -- must still validate, or the change is refused. After a failed definition
--- validates again, its dependents are re-checked and cleared too.
+-- validates again, its dependents are re-checked and cleared too. While
+-- this extension's own script runs (an ALTER EXTENSION UPDATE re-validating
+-- the stored definitions; no caller can make _mm_installing true), the new
+-- version's inference is the truth, as a built-in's registration is: a
+-- dependent that no longer validates is marked failed, and never makes the
+-- definition it reads fail in its place.
 CREATE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -677,7 +682,7 @@ BEGIN
     -- Re-validated after a failure: what reads it may load again.
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
   ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, true);
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, NOT micromegas._mm_installing());
   END IF;
   RETURN NULL;
 END
