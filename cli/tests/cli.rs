@@ -429,3 +429,74 @@ fn plan_prints_the_author_checks_findings_under_the_definition() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Colour only on a terminal, and never with NO_COLOR: `plan` runs under
+/// `script` (util-linux), which gives it a pseudo-terminal. And without
+/// `--actor` the change is recorded as the OS user ($USER), else as
+/// `micromegas-views`.
+#[test]
+fn colour_follows_the_terminal_and_the_actor_defaults_to_the_os_user() {
+    let dsn = database("mmv_cli_terminal");
+    let dir = workdir("terminal");
+    write(
+        &dir,
+        "a_view",
+        &view("a_view", "log_entries", "time, process_id", 4000),
+    );
+    let plan = format!(
+        "{} --dsn '{dsn}' plan {}",
+        env!("CARGO_BIN_EXE_micromegas-views"),
+        dir.to_str().unwrap()
+    );
+    let on_terminal = |no_color: bool| {
+        let mut command = Command::new("script");
+        command.args(["-q", "-e", "-c", &plan, "/dev/null"]);
+        if no_color {
+            command.env("NO_COLOR", "1");
+        } else {
+            command.env_remove("NO_COLOR");
+        }
+        let out = command.output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+        stdout(&out)
+    };
+    let coloured = on_terminal(false);
+    assert!(coloured.contains("+ create a_view"), "{coloured}");
+    assert!(
+        coloured.contains("\x1b["),
+        "no colour on a terminal: {coloured:?}"
+    );
+    let plain = on_terminal(true);
+    assert!(plain.contains("+ create a_view"), "{plain}");
+    assert!(!plain.contains("\x1b["), "colour with NO_COLOR: {plain:?}");
+    // Piped (not a terminal): no colour either.
+    let piped = Command::new(env!("CARGO_BIN_EXE_micromegas-views"))
+        .args(["--dsn", &dsn, "plan", dir.to_str().unwrap()])
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(!stdout(&piped).contains("\x1b["), "{}", stdout(&piped));
+
+    let apply = |user: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_micromegas-views"));
+        command.args(["--dsn", &dsn, "apply", dir.to_str().unwrap()]);
+        match user {
+            Some(u) => command.env("USER", u),
+            None => command.env_remove("USER"),
+        };
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        query(&dsn, "SELECT updated_by FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'a_view'")
+    };
+    assert_eq!(apply(Some("ops-person")), "ops-person");
+    write(
+        &dir,
+        "a_view",
+        &view("a_view", "log_entries", "time, process_id", 4100),
+    );
+    assert_eq!(apply(None), "micromegas-views");
+}

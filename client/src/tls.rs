@@ -477,4 +477,62 @@ mod tests {
             .contains("invalid sslmode \"sometimes\""));
         assert!(settings("host").is_err());
     }
+    #[test]
+    fn sslrootcert_system_means_verify_full_and_refuses_a_weaker_mode() {
+        // No sslmode: as libpq 16, system roots imply verify-full.
+        let s = settings("host=db sslrootcert=system").unwrap();
+        assert_eq!((s.mode, s.problem.as_deref()), (Mode::VerifyFull, None));
+        // An explicit weaker mode is a problem, and the connection fails
+        // closed: verify-full with a check that always refuses, naming why.
+        for weak in ["disable", "allow", "prefer", "require", "verify-ca"] {
+            let s = settings(&format!("host=db sslmode={weak} sslrootcert=system")).unwrap();
+            assert_eq!(s.mode, Mode::VerifyFull, "{weak}");
+            let problem = s.problem.unwrap();
+            assert!(
+                problem.contains(&format!("weak sslmode \"{weak}\"")),
+                "{problem}"
+            );
+        }
+        let s = settings("host=db sslmode=verify-full sslrootcert=system").unwrap();
+        assert_eq!((s.mode, s.problem), (Mode::VerifyFull, None));
+    }
+
+    #[test]
+    fn modes_map_to_what_the_driver_negotiates() {
+        assert_eq!(ssl_mode(Mode::Disable), SslMode::Disable);
+        assert_eq!(ssl_mode(Mode::Allow), SslMode::Prefer);
+        assert_eq!(ssl_mode(Mode::Prefer), SslMode::Prefer);
+        for m in [Mode::Require, Mode::VerifyCa, Mode::VerifyFull] {
+            assert_eq!(ssl_mode(m), SslMode::Require);
+        }
+        // No sslmode anywhere: prefer, as libpq.
+        if std::env::var_os("PGSSLMODE").is_none() {
+            assert_eq!(settings("host=db").unwrap().mode, Mode::Prefer);
+        }
+    }
+
+    #[test]
+    fn unusable_root_files_are_named_and_fail_closed() {
+        let dir = std::env::temp_dir().join(format!("mmv-tls-roots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let missing = dir.join("missing.crt");
+        let err = roots(Some(missing.to_str().unwrap())).unwrap_err();
+        assert!(
+            err.contains("cannot be read") && err.contains("missing.crt"),
+            "{err}"
+        );
+        let empty = dir.join("empty.crt");
+        std::fs::write(&empty, "").unwrap();
+        let err = roots(Some(empty.to_str().unwrap())).unwrap_err();
+        assert!(err.contains("holds no certificate"), "{err}");
+        let garbage = dir.join("garbage.crt");
+        std::fs::write(
+            &garbage,
+            "-----BEGIN CERTIFICATE-----\nnot base64 !\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        let err = roots(Some(garbage.to_str().unwrap())).unwrap_err();
+        assert!(err.contains("garbage.crt"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -97,6 +97,20 @@ async fn watcher_and_worker_on_a_standby_then_promoted() {
             )
             .await
     });
+    // run_once there returns the 25006 error (the claim is a write).
+    let once = JobWorker::new(JobWorkerConfig::new(standby_dsn.clone(), "standby-once"))
+        .run_once(&standby, &|_job, _ctx: JobContext| async {
+            JobOutcome::done()
+        })
+        .await;
+    let err = once.expect_err("run_once claimed on a standby");
+    let db = err.as_db_error().expect("a database error");
+    assert_eq!(db.code().code(), "25006", "{db:?}");
+    assert!(
+        db.message().contains("read-only on a standby"),
+        "{}",
+        db.message()
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(
         !worker_task.is_finished(),

@@ -187,6 +187,23 @@ async fn every_route_over_http() {
         .post(None, "/v1/materialized_view/http_a/create", with_identity)
         .await;
     assert_error(&got, 401, 16, "invalid API key");
+    // auth_token is the other form of the same credential: a wrong one is
+    // refused; a reader's, alone in the body, authenticates as the reader.
+    let mut with_token = create_body("http_a", expected_schema(DataType::Int32));
+    with_token["identity"] = json!({"auth_token": "not-a-token-0123456789"});
+    let got = api
+        .post(
+            None,
+            "/v1/materialized_view/http_a/create",
+            with_token.clone(),
+        )
+        .await;
+    assert_error(&got, 401, 16, "invalid API key");
+    with_token["identity"] = json!({"auth_token": READER_KEY});
+    let got = api
+        .post(None, "/v1/materialized_view/http_a/create", with_token)
+        .await;
+    assert_error(&got, 403, 15, "permission denied");
     let got = api
         .post(
             Some("wrong-key-0123456789"),
@@ -573,6 +590,26 @@ async fn every_route_over_http() {
         .post(reader, "/v1/jobs/list", json!({"job_state": "SOMETIMES"}))
         .await;
     assert_error(&got, 400, 13, "SOMETIMES");
+
+    // A drop refused because another view reads this one (2BP01) is 409
+    // InvalidTableState naming the dependent; nothing is dropped.
+    psql(&format!(
+        "SELECT micromegas.mm_create_view($q${}$q$)",
+        ddl("http_dep")
+            .replace("FROM log_entries", "FROM http_d")
+            .replace("update_group = 4000", "update_group = 5000")
+    ))
+    .await;
+    let got = api
+        .post(admin, "/v1/materialized_view/http_d/drop", json!({}))
+        .await;
+    assert_error(&got, 409, 19, "http_dep");
+    assert!(
+        got.1["detail"].as_str().unwrap().contains("2BP01"),
+        "{}",
+        got.1
+    );
+    psql("SELECT micromegas.mm_drop_view('http_dep')").await;
 
     // Drop: 200; again: 404. A body that is not JSON, one too large, an
     // unknown route: all ErrorResponses.

@@ -92,3 +92,26 @@ SELECT * FROM mmv_try($$UPDATE micromegas.lakehouse_view_set_definitions SET upd
 SELECT * FROM mmv_try($$UPDATE micromegas.lakehouse_view_set_definitions SET view_set_name = 'renamed' WHERE view_set_name = 'from_text'$$);
 SELECT * FROM mmv_try($$INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql) VALUES ('other_name', (SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text'))$$);
 SELECT * FROM mmv_try($$TRUNCATE micromegas.lakehouse_view_set_definitions$$);
+-- An INSERT whose text says CREATE OR REPLACE replaces the row (the text
+-- is stored as written): the trigger turns it into an UPDATE, so RETURNING
+-- gives no row. ON CONFLICT does not upsert: with a plain CREATE text the
+-- INSERT is 42710 before any conflict is looked at; with an OR REPLACE text
+-- there is no conflict, the text replaces and DO UPDATE never runs.
+INSERT INTO micromegas.lakehouse_view_set_definitions (definition_sql)
+  SELECT replace(replace(definition_sql, 'CREATE MATERIALIZED VIEW', 'CREATE OR REPLACE MATERIALIZED VIEW'), '= 4600', '= 4700')
+    FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text'
+RETURNING view_set_name;
+SELECT update_group, left(definition_sql, 46) AS stored_text
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text';
+SELECT * FROM mmv_try($$INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
+  SELECT view_set_name, replace(definition_sql, 'CREATE OR REPLACE', 'CREATE')
+    FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text'
+  ON CONFLICT (view_set_name) DO UPDATE SET update_group = 4800$$);
+SELECT * FROM mmv_try($$INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
+  SELECT view_set_name, replace(definition_sql, 'CREATE OR REPLACE', 'CREATE')
+    FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text'
+  ON CONFLICT DO NOTHING$$);
+INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, definition_sql)
+  SELECT view_set_name, definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text'
+  ON CONFLICT (view_set_name) DO UPDATE SET update_group = 4800;
+SELECT update_group FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'from_text';

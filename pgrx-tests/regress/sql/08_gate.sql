@@ -83,6 +83,13 @@ ALTER ROLE micromegas_reader NOLOGIN;
 CREATE EXTENSION micromegas_views;
 ALTER ROLE micromegas_service NOCREATEROLE;
 CREATE EXTENSION micromegas_views;
+-- A superuser role, and ADMIN OPTION held even by an expected member.
+ALTER ROLE micromegas_reader SUPERUSER;
+GRANT micromegas_reader TO micromegas_admin WITH ADMIN OPTION;
+CREATE EXTENSION micromegas_views;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
+ALTER ROLE micromegas_reader NOSUPERUSER;
+REVOKE ADMIN OPTION FOR micromegas_reader FROM micromegas_admin;
 -- A setting only a superuser may set adopts the roles as they are.
 CREATE ROLE mmv_gate_plain;
 SET ROLE mmv_gate_plain;
@@ -93,6 +100,23 @@ SET micromegas_views.adopt_existing_roles = on;
 CREATE EXTENSION micromegas_views;
 RESET micromegas_views.adopt_existing_roles;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
+-- DROP EXTENSION removes everything in the schema (partition metadata and
+-- the file queue included) and leaves the empty schema, btree_gist and the
+-- cluster's roles.
+SELECT micromegas.mm_write_partition('log_stats', 'global', '2026-01-01', '2026-01-02', NULL, NULL, 's3://b/gate0', 10,
+  (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'), '\x00', 1);
+SELECT micromegas.mm_write_partition('log_stats', 'global', '2026-01-02', '2026-01-03', NULL, NULL, 's3://b/gate1', 10,
+  (SELECT schema_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'log_stats'), '\x00', 1);
+SELECT micromegas.retire_partition_by_file('s3://b/gate1');
+SELECT (SELECT count(*) FROM micromegas.lakehouse_partitions) AS partitions,
+       (SELECT count(*) FROM micromegas.temporary_files) AS queued_files;
+DROP EXTENSION micromegas_views;
+SELECT (SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'micromegas') AS relations,
+       (SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'micromegas') AS functions,
+       (SELECT count(*) FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace WHERE n.nspname = 'micromegas') AS types,
+       EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'micromegas') AS schema_left,
+       EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'btree_gist') AS btree_gist_left,
+       (SELECT count(*) FROM pg_roles WHERE rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')) AS roles_left;
 \c :regress_db
 REVOKE micromegas_admin FROM mmv_gate_squatter;
 DROP ROLE mmv_gate_squatter;

@@ -107,8 +107,24 @@ SET ROLE limits_admin;
 SELECT sqlstate, message FROM mmv_try('SET micromegas_views.max_plan_nodes = 250000');
 SELECT sqlstate, message FROM mmv_try('SET micromegas_views.validation_timeout = ''10min''');
 SELECT sqlstate FROM mmv_try('SET micromegas_views.validation_timeout = ''30s''');
+-- 6. Every setting: who may change it, its range and its default (what
+--    docs/operations.md and src/pg/settings.rs say). An admin may change
+--    none of the superuser-only ones, in either direction; out of range is
+--    refused for a superuser too.
+SELECT name, context, vartype, unit, min_val, max_val, boot_val, enumvals
+  FROM pg_settings WHERE name LIKE 'micromegas\_views.%' ORDER BY name;
+SELECT s.name, r.sqlstate
+  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %L', s.name, s.min_val)) r
+ WHERE s.name LIKE 'micromegas\_views.%' AND s.context = 'superuser' AND s.vartype = 'integer' ORDER BY 1;
+SELECT sqlstate FROM mmv_try('SET micromegas_views.adopt_existing_roles = on');
+SELECT sqlstate FROM mmv_try('SET micromegas_views.author_checks = off');
+RESET micromegas_views.author_checks;
 RESET ROLE;
 DROP ROLE limits_admin;
+SELECT s.name, r.sqlstate, strpos(r.message, s.name) > 0 AS names_it
+  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %s', s.name, s.max_val::bigint + 1)) r
+ WHERE s.name LIKE 'micromegas\_views.%' AND s.vartype = 'integer' ORDER BY 1;
+SELECT sqlstate, message FROM mmv_try('SET micromegas_views.author_checks = lenient');
 
 SELECT count(*) AS written FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'limits_v';
 SELECT pg_postmaster_start_time() = :'started' AS same_postmaster;

@@ -119,6 +119,31 @@ SELECT sqlstate FROM mmv_try($$SELECT micromegas.mm_require_author_checks('off')
 RESET ROLE;
 RESET micromegas_views.author_checks;
 SELECT * FROM micromegas.mm_require_author_checks('off');
+-- A superuser is bound only by what it was granted and by '*': a
+-- requirement for micromegas_admin's members does not bind it (it is not a
+-- granted member), one for everyone does.
+SELECT * FROM micromegas.mm_require_author_checks('error', 'micromegas_admin');
+SET micromegas_views.author_checks = off;
+SELECT status FROM micromegas.mm_create_view(ac_view('ac_by_superuser', :counted,
+  'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2'));
+SELECT * FROM micromegas.mm_require_author_checks('error');
+SELECT sqlstate FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', ac_view('ac_by_superuser_2', :counted,
+  'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2')));
+RESET micromegas_views.author_checks;
+SELECT * FROM micromegas.mm_require_author_checks('off');
+SELECT * FROM micromegas.mm_require_author_checks('off', 'micromegas_admin');
+-- Requirements are kept by role name: renaming the role lifts its requirement.
+CREATE ROLE ac_named IN ROLE micromegas_admin;
+SELECT * FROM micromegas.mm_require_author_checks('error', 'ac_named');
+ALTER ROLE ac_named RENAME TO ac_renamed;
+SET ROLE ac_renamed;
+SET micromegas_views.author_checks = off;
+SELECT status FROM micromegas.mm_create_view(ac_view('ac_by_renamed', :counted,
+  'SELECT time_bin, process_id, count(*) AS count FROM {source} GROUP BY 1, 2'));
+RESET micromegas_views.author_checks;
+RESET ROLE;
+SELECT applies_to, level FROM micromegas.author_check_requirements ORDER BY 1;
+DELETE FROM micromegas.author_check_requirements WHERE applies_to = 'ac_named';
 -- A reader sees the requirements, and may not change them.
 CREATE ROLE ac_reader IN ROLE micromegas_reader;
 SET ROLE ac_reader;
@@ -130,5 +155,5 @@ SELECT count(*) AS dropped FROM micromegas.lakehouse_view_set_definitions d,
        LATERAL micromegas.mm_drop_view(d.view_set_name::micromegas.view_set_name)
  WHERE d.view_set_name LIKE 'ac\_%' AND d.view_set_name <> 'ac_merge_sum';
 SELECT count(*) AS dropped FROM micromegas.mm_drop_view('ac_merge_sum'::micromegas.view_set_name);
-DROP ROLE ac_alice, ac_strict, ac_lenient, ac_reader;
+DROP ROLE ac_alice, ac_strict, ac_lenient, ac_reader, ac_renamed;
 DROP FUNCTION ac_view(text, text, text, int);
