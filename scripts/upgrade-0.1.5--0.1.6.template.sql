@@ -27,9 +27,13 @@
 --   expired leases only when one has expired (#28);
 -- * _mm_lock_catalog, _mm_next_version, mm_catalog_version, _mm_actor and
 --   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28);
--- * while the extension's own script runs, a definition whose schema moved
+-- * while the extension's own script runs, and all the way down a lenient
+--   re-check (a built-in's registration), a definition whose schema moved
 --   re-checks its dependents leniently: one that no longer validates is
---   marked failed instead of failing the definition it reads.
+--   marked failed instead of failing the definition it reads
+--   (_mm_intent_held('lenient')); a re-check that runs out of a resource
+--   fails the change instead of marking the dependent, and is not bound by
+--   the session's validation_timeout.
 
 --@rust _mm_check_definition_with
 
@@ -59,6 +63,8 @@ DROP FUNCTION micromegas.list_view_set_definitions();
 --@new CREATE FUNCTION micromegas.list_view_set_definitions()
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
   'Every stored definition, including those that failed to load';
+
+--@rust _mm_intent_held
 
 --@new CREATE FUNCTION micromegas._mm_require_writable(
 COMMENT ON FUNCTION micromegas._mm_require_writable(text) IS

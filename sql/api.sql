@@ -753,6 +753,8 @@ COMMENT ON FUNCTION micromegas._mm_intent_begin(text,text) IS
   'Marks the extension''s own writes that follow (backend memory, dropped at subtransaction abort and transaction end)';
 COMMENT ON FUNCTION micromegas._mm_intent_end(text) IS
   'Ends the innermost intent of this kind';
+COMMENT ON FUNCTION micromegas._mm_intent_held(text) IS
+  'Whether an intent of this kind is anywhere on the backend''s stack (lenient: broken dependents are marked failed, not refused)';
 COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
   'micromegas_views.job_lease in seconds';
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS

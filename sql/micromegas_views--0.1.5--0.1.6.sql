@@ -27,9 +27,13 @@
 --   expired leases only when one has expired (#28);
 -- * _mm_lock_catalog, _mm_next_version, mm_catalog_version, _mm_actor and
 --   _mm_incompatible_count are PL/pgSQL (their plans are kept) (#28);
--- * while the extension's own script runs, a definition whose schema moved
+-- * while the extension's own script runs, and all the way down a lenient
+--   re-check (a built-in's registration), a definition whose schema moved
 --   re-checks its dependents leniently: one that no longer validates is
---   marked failed instead of failing the definition it reads.
+--   marked failed instead of failing the definition it reads
+--   (_mm_intent_held('lenient')); a re-check that runs out of a resource
+--   fails the change instead of marking the dependent, and is not bound by
+--   the session's validation_timeout.
 
 CREATE FUNCTION micromegas."_mm_check_definition_with"(
 	"view_set_name" TEXT, /* String */
@@ -195,6 +199,13 @@ $$;
 COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
   'Every stored definition, including those that failed to load';
 
+CREATE FUNCTION micromegas."_mm_intent_held"(
+	"kind" TEXT /* & str */
+) RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'intent_held_wrapper';
+
 CREATE FUNCTION micromegas._mm_require_writable(operation text) RETURNS boolean
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -247,7 +258,14 @@ DECLARE
   dep micromegas.lakehouse_view_set_definitions;
   checked_schema text;
   problem text;
+  state text;
 BEGIN
+  -- A lenient re-check stays lenient all the way down: the rewrite of a
+  -- dependent whose schema moved re-checks that one's dependents in turn
+  -- (_mm_definitions_after_update), and those must be marked, not refused.
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_begin('lenient', NULL);
+  END IF;
   -- Every write below is the extension's own re-check (src/pg/trust.rs).
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
   FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
@@ -257,7 +275,15 @@ BEGIN
         FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
                dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
     EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, state = RETURNED_SQLSTATE;
+      -- Running out of a resource (memory, disk, stack: a very deep chain
+      -- of views) says nothing about the dependent: the change fails with
+      -- that error and nothing is marked. (A cancel or statement_timeout is
+      -- never caught here. The validation time limit does not apply to a
+      -- re-check: src/pg/settings.rs.)
+      IF left(state, 2) = '53' OR (state = '54001' AND problem LIKE 'stack depth limit exceeded%') THEN
+        RAISE;
+      END IF;
       IF strict THEN
         PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
@@ -284,6 +310,9 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_end('lenient');
+  END IF;
 END
 $$;
 
@@ -294,7 +323,8 @@ BEGIN
     -- Re-validated after a failure: what reads it may load again.
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
   ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, NOT micromegas._mm_installing());
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name,
+      NOT (micromegas._mm_installing() OR micromegas._mm_intent_held('lenient')));
   END IF;
   RETURN NULL;
 END
@@ -1485,6 +1515,8 @@ COMMENT ON FUNCTION micromegas._mm_intent_begin(text,text) IS
   'Marks the extension''s own writes that follow (backend memory, dropped at subtransaction abort and transaction end)';
 COMMENT ON FUNCTION micromegas._mm_intent_end(text) IS
   'Ends the innermost intent of this kind';
+COMMENT ON FUNCTION micromegas._mm_intent_held(text) IS
+  'Whether an intent of this kind is anywhere on the backend''s stack (lenient: broken dependents are marked failed, not refused)';
 COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
   'micromegas_views.job_lease in seconds';
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS

@@ -368,7 +368,14 @@ DECLARE
   dep micromegas.lakehouse_view_set_definitions;
   checked_schema text;
   problem text;
+  state text;
 BEGIN
+  -- A lenient re-check stays lenient all the way down: the rewrite of a
+  -- dependent whose schema moved re-checks that one's dependents in turn
+  -- (_mm_definitions_after_update), and those must be marked, not refused.
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_begin('lenient', NULL);
+  END IF;
   -- Every write below is the extension's own re-check (src/pg/trust.rs).
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
   FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
@@ -378,7 +385,15 @@ BEGIN
         FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
                dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
     EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, state = RETURNED_SQLSTATE;
+      -- Running out of a resource (memory, disk, stack: a very deep chain
+      -- of views) says nothing about the dependent: the change fails with
+      -- that error and nothing is marked. (A cancel or statement_timeout is
+      -- never caught here. The validation time limit does not apply to a
+      -- re-check: src/pg/settings.rs.)
+      IF left(state, 2) = '53' OR (state = '54001' AND problem LIKE 'stack depth limit exceeded%') THEN
+        RAISE;
+      END IF;
       IF strict THEN
         PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
@@ -405,6 +420,9 @@ BEGIN
     END IF;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_end('lenient');
+  END IF;
 END
 $$;
 
@@ -669,12 +687,13 @@ $$;
 
 -- AFTER UPDATE of a definition whose schema or group moved: its dependents
 -- must still validate, or the change is refused. After a failed definition
--- validates again, its dependents are re-checked and cleared too. While
--- this extension's own script runs (an ALTER EXTENSION UPDATE re-validating
--- the stored definitions; no caller can make _mm_installing true), the new
--- version's inference is the truth, as a built-in's registration is: a
--- dependent that no longer validates is marked failed, and never makes the
--- definition it reads fail in its place.
+-- validates again, its dependents are re-checked and cleared too. Inside a
+-- lenient re-check (a built-in's registration: the service's code is the
+-- truth) and while this extension's own script runs (an ALTER EXTENSION
+-- UPDATE re-validating the stored definitions: the new version's inference
+-- is the truth), a dependent that no longer validates is marked failed,
+-- never the definition it reads. No caller can set either: both are backend
+-- state only this library writes (src/pg/trust.rs, _mm_installing).
 CREATE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -682,7 +701,8 @@ BEGIN
     -- Re-validated after a failure: what reads it may load again.
     PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
   ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, NOT micromegas._mm_installing());
+    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name,
+      NOT (micromegas._mm_installing() OR micromegas._mm_intent_held('lenient')));
   END IF;
   RETURN NULL;
 END

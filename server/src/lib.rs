@@ -54,7 +54,7 @@ impl KeyFile {
             return Err(format!("key file {} has no key", path.display()));
         }
         let mut names = std::collections::HashSet::new();
-        let mut secrets = std::collections::HashSet::new();
+        let mut secrets = std::collections::HashMap::new();
         for k in &file.keys {
             if k.name.trim().is_empty() || k.key.len() < 16 || k.role.trim().is_empty() {
                 return Err(format!(
@@ -62,10 +62,19 @@ impl KeyFile {
                     path.display()
                 ));
             }
-            if !names.insert(k.name.clone()) || !secrets.insert(k.key.clone()) {
+            if !names.insert(k.name.clone()) {
                 return Err(format!(
-                    "key file {}: key names and secrets must be unique",
-                    path.display()
+                    "key file {}: two keys are named \"{}\" (key names must be unique)",
+                    path.display(),
+                    k.name
+                ));
+            }
+            // Never the secret itself: the names of the keys that share it.
+            if let Some(first) = secrets.insert(k.key.clone(), k.name.clone()) {
+                return Err(format!(
+                    "key file {}: keys \"{first}\" and \"{}\" have the same secret (secrets must be unique)",
+                    path.display(),
+                    k.name
                 ));
             }
         }

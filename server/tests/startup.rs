@@ -60,12 +60,12 @@ fn refuses_a_bad_key_file() {
         (
             "dupsecret",
             r#"{"keys": [{"name": "a", "key": "sixteen-chars-xx", "role": "r"}, {"name": "b", "key": "sixteen-chars-xx", "role": "r"}]}"#,
-            "must be unique",
+            r#"keys "a" and "b" have the same secret"#,
         ),
         (
             "dupname",
             r#"{"keys": [{"name": "a", "key": "sixteen-chars-xx", "role": "r"}, {"name": "a", "key": "sixteen-chars-yy", "role": "r"}]}"#,
-            "must be unique",
+            r#"two keys are named "a""#,
         ),
         ("empty", r#"{"keys": []}"#, "has no key"),
         ("unknown", r#"{"keys": [], "admin": true}"#, "is not valid"),

@@ -23,8 +23,17 @@ use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 
-/// The kinds of the extension's own writes.
-const KINDS: [&str; 4] = ["replace", "recheck", "restore", "load"];
+/// The kinds of the extension's own writes, and one mode: `lenient`, pushed
+/// around a re-check whose broken dependents are marked failed rather than
+/// refusing the change (a built-in's registration), so that the re-checks it
+/// sets off further down stay lenient. `_mm_intent` never answers `lenient`:
+/// it is not a write.
+const KINDS: [&str; 5] = ["replace", "recheck", "restore", "load", "lenient"];
+
+/// Whether an intent of `kind` is anywhere on the stack.
+pub fn held(kind: &str) -> bool {
+    INTENTS.with_borrow(|stack| stack.iter().any(|i| i.kind == kind))
+}
 
 struct Intent {
     kind: &'static str,
@@ -116,9 +125,17 @@ mod micromegas {
             stack
                 .iter()
                 .rev()
+                .filter(|i| i.kind != "lenient")
                 .find(|i| i.name.is_none() || i.name.as_deref() == name)
                 .map(|i| i.kind)
         })
+    }
+
+    /// Whether an intent of `kind` is anywhere on the stack (`lenient`: a
+    /// re-check further up marks broken dependents failed).
+    #[pg_extern(volatile, name = "_mm_intent_held")]
+    fn intent_held(kind: &str) -> bool {
+        held(kind)
     }
 
     /// The role running the statement outside every SECURITY DEFINER

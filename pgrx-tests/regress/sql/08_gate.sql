@@ -83,13 +83,17 @@ ALTER ROLE micromegas_reader NOLOGIN;
 CREATE EXTENSION micromegas_views;
 ALTER ROLE micromegas_service NOCREATEROLE;
 CREATE EXTENSION micromegas_views;
--- A superuser role, and ADMIN OPTION held even by an expected member.
+-- Each alone (the squatter's membership set aside meanwhile): a superuser
+-- role, and ADMIN OPTION held even by an expected member.
+REVOKE micromegas_admin FROM mmv_gate_squatter;
 ALTER ROLE micromegas_reader SUPERUSER;
+CREATE EXTENSION micromegas_views;
+ALTER ROLE micromegas_reader NOSUPERUSER;
 GRANT micromegas_reader TO micromegas_admin WITH ADMIN OPTION;
 CREATE EXTENSION micromegas_views;
-SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
-ALTER ROLE micromegas_reader NOSUPERUSER;
 REVOKE ADMIN OPTION FOR micromegas_reader FROM micromegas_admin;
+SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
+GRANT micromegas_admin TO mmv_gate_squatter;
 -- A setting only a superuser may set adopts the roles as they are.
 CREATE ROLE mmv_gate_plain;
 SET ROLE mmv_gate_plain;

@@ -113,16 +113,19 @@ SELECT sqlstate FROM mmv_try('SET micromegas_views.validation_timeout = ''30s'''
 --    refused for a superuser too.
 SELECT name, context, vartype, unit, min_val, max_val, boot_val, enumvals
   FROM pg_settings WHERE name LIKE 'micromegas\_views.%' ORDER BY name;
-SELECT s.name, r.sqlstate
-  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %L', s.name, s.min_val)) r
+SELECT s.name, lo.sqlstate AS to_min, hi.sqlstate AS to_max
+  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %L', s.name, s.min_val)) lo,
+       LATERAL mmv_try(format('SET %s = %L', s.name, s.max_val)) hi
  WHERE s.name LIKE 'micromegas\_views.%' AND s.context = 'superuser' AND s.vartype = 'integer' ORDER BY 1;
 SELECT sqlstate FROM mmv_try('SET micromegas_views.adopt_existing_roles = on');
 SELECT sqlstate FROM mmv_try('SET micromegas_views.author_checks = off');
 RESET micromegas_views.author_checks;
 RESET ROLE;
 DROP ROLE limits_admin;
-SELECT s.name, r.sqlstate, strpos(r.message, s.name) > 0 AS names_it
-  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %s', s.name, s.max_val::bigint + 1)) r
+SELECT s.name, hi.sqlstate AS above_max, strpos(hi.message, s.name) > 0 AS names_it,
+       lo.sqlstate AS below_min, strpos(lo.message, s.name) > 0 AS names_it_too
+  FROM pg_settings s, LATERAL mmv_try(format('SET %s = %s', s.name, s.max_val::bigint + 1)) hi,
+       LATERAL mmv_try(format('SET %s = %s', s.name, s.min_val::bigint - 1)) lo
  WHERE s.name LIKE 'micromegas\_views.%' AND s.vartype = 'integer' ORDER BY 1;
 SELECT sqlstate, message FROM mmv_try('SET micromegas_views.author_checks = lenient');
 
