@@ -87,7 +87,14 @@ struct NestingGuard {
 impl Visitor for NestingGuard {
     type Break = ();
 
-    fn pre_visit_expr(&mut self, _expr: &sqlparser::ast::Expr) -> ControlFlow<()> {
+    fn pre_visit_expr(&mut self, expr: &sqlparser::ast::Expr) -> ControlFlow<()> {
+        // A type nests too, and Arrow recurses once per level of it when it
+        // casts (a CAST to INT followed by 20,000 `[]` overflowed even the
+        // planning thread's stack): a cast's type, or the type string of
+        // arrow_cast, counts its depth at the expression that names it.
+        if self.depth + 1 + named_type_depth(expr) > MAX_NESTING {
+            return ControlFlow::Break(());
+        }
         self.enter()
     }
 
@@ -117,12 +124,83 @@ impl NestingGuard {
     }
 }
 
+/// How deep the type an expression names nests: a CAST's type, or the
+/// Arrow type string given to `arrow_cast`/`arrow_try_cast`; 0 for any other
+/// expression. (Recursive over the parsed type, which the parser built by
+/// recursing as deep: this runs on the planning thread, like the parse.)
+fn named_type_depth(expr: &sqlparser::ast::Expr) -> usize {
+    use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+    match expr {
+        Expr::Cast { data_type, .. } => type_depth(data_type),
+        Expr::Function(f)
+            if f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
+                i.value.eq_ignore_ascii_case("arrow_cast")
+                    || i.value.eq_ignore_ascii_case("arrow_try_cast")
+            }) =>
+        {
+            let FunctionArguments::List(list) = &f.args else {
+                return 0;
+            };
+            list.args
+                .iter()
+                .filter_map(|a| match a {
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
+                        Value::SingleQuotedString(text) => Some(bracket_depth(text)),
+                        _ => None,
+                    },
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+fn type_depth(t: &sqlparser::ast::DataType) -> usize {
+    use sqlparser::ast::{ArrayElemTypeDef, DataType as T};
+    let deepest = |types: &mut dyn Iterator<Item = &T>| types.map(type_depth).max().unwrap_or(0);
+    1 + match t {
+        T::Array(ArrayElemTypeDef::AngleBracket(e))
+        | T::Array(ArrayElemTypeDef::SquareBracket(e, _))
+        | T::Array(ArrayElemTypeDef::Parenthesis(e))
+        | T::Nullable(e)
+        | T::LowCardinality(e) => type_depth(e),
+        T::Map(k, v) => type_depth(k).max(type_depth(v)),
+        T::Tuple(fields) | T::Struct(fields, _) => {
+            deepest(&mut fields.iter().map(|f| &f.field_type))
+        }
+        T::Union(fields) => deepest(&mut fields.iter().map(|f| &f.field_type)),
+        T::Nested(columns) | T::Table(Some(columns)) | T::NamedTable { columns, .. } => {
+            deepest(&mut columns.iter().map(|c| &c.data_type))
+        }
+        _ => 0,
+    }
+}
+
+/// The deepest nesting of brackets in an Arrow type string
+/// (`List(List(Int32))` is 2).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    for c in text.chars() {
+        match c {
+            '(' | '<' | '[' | '{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            ')' | '>' | ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn check_nesting<V: Visit>(option: &str, node: &V) -> Result<()> {
     let mut guard = NestingGuard { depth: 0 };
     if node.visit(&mut guard).is_break() {
         return Err(Error::too_complex(format!("{option} is nested too deeply"))
             .with_detail(format!(
-                "Expressions and subqueries nest more than {MAX_NESTING} levels; the limit is {MAX_NESTING}."
+                "Expressions, subqueries and the types they cast to nest more than {MAX_NESTING} levels; the limit is {MAX_NESTING}."
             )));
     }
     Ok(())

@@ -5,7 +5,7 @@
 //! definition against them and returns every derived column of the row.
 
 use crate::catalog::{Catalog, CatalogRow};
-use crate::checks::{self, ParsedQueries};
+use crate::checks;
 use crate::ddl::{self, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Definition;
@@ -34,11 +34,15 @@ pub struct Derived {
     pub statement: Option<String>,
     /// Every relation name the queries mention: the view sets to look up.
     pub mentioned: Vec<String>,
-    /// The queries as parsed (a function of `definition`, kept so that
-    /// validation does not parse them again), or why they do not parse: a
-    /// definition error, reported by [`prepare`] (where a restored row may
-    /// be kept as failed instead).
-    pub parsed: Result<ParsedQueries>,
+    /// Why the queries do not parse, if they do not: a definition error,
+    /// reported by [`prepare`] (where a restored row may be kept as failed
+    /// instead). The parsed trees themselves are not kept: a `Derived`
+    /// goes back to the backend's thread, whose stack is Postgres' (8 MB,
+    /// not checked by `max_stack_depth` for Rust frames), and cloning or
+    /// dropping a deep tree there recurses as deep as the tree (a UNION ALL
+    /// of a thousand arms overflowed it). [`prepare`] parses again on the
+    /// planning thread, where the trees are built, used and dropped.
+    pub parse_error: Option<Error>,
 }
 
 /// Two derivations are the same when they define the same thing (the parsed
@@ -146,20 +150,18 @@ pub fn derive(row: RowInput) -> Result<Derived> {
         (None, Some(c)) => (c, false),
         (None, None) => unreachable!("a row has text or columns"),
     };
-    let parsed = match checks::parse_queries(&definition) {
+    let (mentioned, parse_error) = match checks::parse_queries(&definition) {
         Err(e) if e.kind != ErrorKind::InvalidDefinition => return Err(e),
-        parsed => parsed,
+        Err(e) => (Vec::new(), Some(e)),
+        // The trees are dropped here, on the planning thread.
+        Ok(parsed) => (checks::mentioned_relations(&parsed), None),
     };
-    let mentioned = parsed
-        .as_ref()
-        .map(checks::mentioned_relations)
-        .unwrap_or_default();
     Ok(Derived {
         definition,
         or_replace,
         statement: row.definition_sql,
         mentioned,
-        parsed,
+        parse_error,
     })
 }
 
@@ -176,10 +178,13 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .clone()
         .unwrap_or_else(|| definition.render(false));
     let catalog = Catalog::from_rows(rows)?;
-    let validated = derived
-        .parsed
-        .clone()
-        .and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
+    // Parsed again (see `Derived::parse_error`): a few tens of microseconds
+    // beside the planning.
+    let parsed = match &derived.parse_error {
+        Some(e) => Err(e.clone()),
+        None => checks::parse_queries(definition),
+    };
+    let validated = parsed.and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
     let (schema, reads, load_error, findings) = match validated {
         Ok(validated) => (validated.schema, validated.reads, None, validated.findings),
         Err(e) if keep_failed && e.kind == ErrorKind::InvalidDefinition => {

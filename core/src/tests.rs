@@ -601,6 +601,45 @@ fn deep_nesting_is_an_error_not_a_crash() {
     );
 }
 
+/// A type nests like an expression: Arrow recurses once per level of it
+/// when it casts, so a CAST to INT followed by 20,000 `[]` overflowed even
+/// the planning thread's 256 MB stack (a crash of the backend). Refused
+/// with the nesting limit, in a definition, in arrow_cast's type string and
+/// in a deny rule; a type nested a little is fine.
+#[test]
+fn deep_types_are_an_error_not_a_crash() {
+    let deep_cast = format!(
+        "SELECT time, process_id, CAST(NULL AS INT{}) AS x FROM log_entries",
+        "[]".repeat(20_000)
+    );
+    let deep_arrow = format!(
+        "SELECT time, process_id, arrow_cast(NULL, '{}Int32{}') AS x FROM log_entries",
+        "List(".repeat(30_000),
+        ")".repeat(30_000)
+    );
+    for query in [deep_cast, deep_arrow] {
+        let e = crate::isolate::run(move || check(&[("extract_query", &query)])).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+        assert_eq!(e.message, "extract_query is nested too deeply");
+    }
+    let e = crate::isolate::run(move || {
+        crate::deny::compile(&format!(
+            "CAST(client AS INT{}) IS NULL",
+            "[]".repeat(20_000)
+        ))
+        .map(|_| ())
+    })
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    // A few levels plan: the error is the next check's (no audience column).
+    let shallow = format!(
+        "SELECT time, process_id, CAST(NULL AS INT{}) AS x, arrow_cast(NULL, 'List(List(Int32))') AS y FROM log_entries",
+        "[]".repeat(3)
+    );
+    let e = crate::isolate::run(move || check(&[("extract_query", &shallow)])).unwrap_err();
+    assert_ne!(e.kind, ErrorKind::TooComplex, "{e}");
+}
+
 #[test]
 fn panics_become_errors() {
     let e = crate::isolate::run::<(), _>(|| panic!("boom")).unwrap_err();

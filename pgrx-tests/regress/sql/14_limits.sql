@@ -129,5 +129,31 @@ SELECT s.name, hi.sqlstate AS above_max, strpos(hi.message, s.name) > 0 AS names
  WHERE s.name LIKE 'micromegas\_views.%' AND s.vartype = 'integer' ORDER BY 1;
 SELECT sqlstate, message FROM mmv_try('SET micromegas_views.author_checks = lenient');
 
+-- 7. Wide and deep shapes that once crashed the backend (a helper's probe):
+--    a UNION ALL of 1,000 arms (its parsed tree was cloned and dropped on
+--    the backend's own stack, recursing once per arm) plans and is stored;
+--    a CAST to a type nested 20,000 deep (Arrow recursed once per level,
+--    past even the planning thread's stack) is refused as too deeply
+--    nested, in a definition and in a deny rule.
+SELECT string_agg(format('SELECT time, process_id, level FROM log_entries WHERE level > %s', i), ' UNION ALL ') AS wide
+  FROM generate_series(1, 1000) i \gset
+SET micromegas_views.validation_timeout = '60s';
+SELECT view_set_name, status FROM micromegas.mm_create_view(format(
+  'CREATE MATERIALIZED VIEW limits_wide WITH (extract_query = %L, count_src_query = %L, merge_partitions_query = %L, update_group = 4000, time_column = %L)',
+  :'wide', 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  'SELECT time, process_id, level FROM {source}', 'time'));
+SELECT would_be FROM micromegas.mm_explain_view((SELECT replace(definition_sql, 'CREATE MATERIALIZED', 'CREATE OR REPLACE MATERIALIZED')
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'limits_wide'));
+SELECT status FROM micromegas.mm_drop_view('limits_wide');
+RESET micromegas_views.validation_timeout;
+SELECT 'INT' || repeat('[]', 20000) AS deep_type \gset
+SELECT sqlstate, message, detail FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', format(
+  'CREATE MATERIALIZED VIEW limits_deep_type WITH (extract_query = %L, count_src_query = %L, merge_partitions_query = %L, update_group = 4000, time_column = %L)',
+  format('SELECT time, process_id, CAST(NULL AS %s) AS x FROM log_entries', :'deep_type'),
+  'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  'SELECT time, process_id, x FROM {source}', 'time')));
+SELECT sqlstate, message FROM mmv_try(format('SELECT micromegas.deny_queries(%L, %L)',
+  format('CAST(client AS %s) IS NULL', :'deep_type'), 'deep type'));
+
 SELECT count(*) AS written FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'limits_v';
 SELECT pg_postmaster_start_time() = :'started' AS same_postmaster;
