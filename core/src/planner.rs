@@ -48,6 +48,7 @@ pub fn substitute(query: &str) -> String {
 /// Parses one option's text: exactly one statement, and a read-only query.
 pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query>> {
     let text = substitute(text);
+    check_text_nesting(option, &text)?;
     let mut parser = DFParserBuilder::new(text.as_str())
         .with_recursion_limit(PARSER_RECURSION_LIMIT)
         .build()
@@ -132,6 +133,8 @@ fn named_type_depth(expr: &sqlparser::ast::Expr) -> usize {
     use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value};
     match expr {
         Expr::Cast { data_type, .. } => type_depth(data_type),
+        // `INT[] '{}'`: DataFusion plans it as a cast.
+        Expr::TypedString(typed) => type_depth(&typed.data_type),
         Expr::Function(f)
             if f.name.0.last().and_then(|p| p.as_ident()).is_some_and(|i| {
                 i.value.eq_ignore_ascii_case("arrow_cast")
@@ -144,10 +147,12 @@ fn named_type_depth(expr: &sqlparser::ast::Expr) -> usize {
             list.args
                 .iter()
                 .filter_map(|a| match a {
-                    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => match &v.value {
-                        Value::SingleQuotedString(text) => Some(bracket_depth(text)),
-                        _ => None,
-                    },
+                    // Any quoting: '…', E'…', $$…$$.
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v))) => v
+                        .value
+                        .clone()
+                        .into_string()
+                        .map(|text| bracket_depth(&text)),
                     _ => None,
                 })
                 .max()
@@ -193,6 +198,67 @@ fn bracket_depth(text: &str) -> usize {
         }
     }
     deepest
+}
+
+/// Words after which `<` opens a type's arguments (`ARRAY<INT>`).
+const ANGLE_TYPES: [&str; 8] = [
+    "ARRAY",
+    "STRUCT",
+    "MAP",
+    "UNION",
+    "TUPLE",
+    "NULLABLE",
+    "LOWCARDINALITY",
+    "NESTED",
+];
+
+/// Bounds, before anything parses it, the nesting that the parser's own
+/// recursion limit does not count: a data type recurses in sqlparser once
+/// per `ARRAY<`/`STRUCT<`/`(` level (about 24 KB of stack each in a debug
+/// build: 15,000 levels overflowed the planning thread) and in DataFusion
+/// once per `[]` suffix. Tokenizing is a loop; the depth counted is that of
+/// parentheses, type angle brackets, square brackets, and runs of
+/// consecutive `[…]` groups.
+fn check_text_nesting(option: &str, text: &str) -> Result<()> {
+    use sqlparser::tokenizer::{Token, Tokenizer};
+    let dialect = sqlparser::dialect::GenericDialect {};
+    // A text that does not tokenize is the parser's to report.
+    let Ok(tokens) = Tokenizer::new(&dialect, text).tokenize() else {
+        return Ok(());
+    };
+    let (mut parens, mut angles, mut brackets, mut run) = (0usize, 0usize, 0usize, 0usize);
+    let mut previous: Option<&Token> = None;
+    for token in tokens.iter().filter(|t| !matches!(t, Token::Whitespace(_))) {
+        let after_group = matches!(previous, Some(Token::RBracket));
+        match token {
+            Token::LParen => parens += 1,
+            Token::RParen => parens = parens.saturating_sub(1),
+            Token::Lt
+                if matches!(previous, Some(Token::Word(w))
+                    if ANGLE_TYPES.iter().any(|k| w.value.eq_ignore_ascii_case(k))) =>
+            {
+                angles += 1
+            }
+            Token::Gt => angles = angles.saturating_sub(1),
+            Token::ShiftRight => angles = angles.saturating_sub(2),
+            // `[…][…]…`: each group right after the previous one is a level.
+            Token::LBracket => {
+                run = if after_group { run + 1 } else { 1 };
+                brackets += 1;
+            }
+            Token::RBracket => brackets = brackets.saturating_sub(1),
+            _ if after_group => run = 0,
+            _ => {}
+        }
+        if parens + angles + brackets.max(run) > MAX_NESTING {
+            return Err(Error::too_complex(format!("{option} is nested too deeply"))
+                .with_detail(format!(
+                    "Parentheses, brackets and type arguments nest more than {MAX_NESTING} levels; the limit is {MAX_NESTING}."
+                )));
+        }
+        previous = Some(token);
+    }
+    Ok(())
 }
 
 fn check_nesting<V: Visit>(option: &str, node: &V) -> Result<()> {
@@ -633,6 +699,7 @@ pub fn plan(
 /// Parses one SQL expression (all of `text`), with the same nesting
 /// limits as a query.
 pub fn parse_expression(option: &str, text: &str) -> Result<sqlparser::ast::Expr> {
+    check_text_nesting(option, text)?;
     let dialect = sqlparser::dialect::GenericDialect {};
     let mut parser = sqlparser::parser::Parser::new(&dialect)
         .with_recursion_limit(PARSER_RECURSION_LIMIT)

@@ -178,8 +178,7 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .clone()
         .unwrap_or_else(|| definition.render(false));
     let catalog = Catalog::from_rows(rows)?;
-    // Parsed again (see `Derived::parse_error`): a few tens of microseconds
-    // beside the planning.
+    // Parsed again, here on the planning thread (see `Derived::parse_error`).
     let parsed = match &derived.parse_error {
         Some(e) => Err(e.clone()),
         None => checks::parse_queries(definition),

@@ -617,7 +617,36 @@ fn deep_types_are_an_error_not_a_crash() {
         "List(".repeat(30_000),
         ")".repeat(30_000)
     );
-    for query in [deep_cast, deep_arrow] {
+    // The parser itself recursed per level of an angle-bracket type
+    // (15,000 levels overflowed the planning thread before any check ran),
+    // DataFusion per `[]` of a typed string, and arrow_cast's type string
+    // was counted only when single-quoted.
+    let deep_angle = format!(
+        "SELECT time, process_id, CAST(1 AS {}INT{}) AS x FROM log_entries",
+        "ARRAY<".repeat(15_000),
+        ">".repeat(15_000)
+    );
+    let deep_typed_string = format!(
+        "SELECT time, process_id, INT{} '{{}}' AS x FROM log_entries",
+        "[]".repeat(240_000)
+    );
+    let typed_string = format!(
+        "SELECT time, process_id, INT{} '{{}}' AS x FROM log_entries",
+        "[]".repeat(600)
+    );
+    let dollar_arrow = format!(
+        "SELECT time, process_id, arrow_cast(NULL, $t${}Int32{}$t$) AS x FROM log_entries",
+        "List(".repeat(600),
+        ")".repeat(600)
+    );
+    for query in [
+        deep_cast,
+        deep_arrow,
+        deep_angle,
+        deep_typed_string,
+        typed_string,
+        dollar_arrow,
+    ] {
         let e = crate::isolate::run(move || check(&[("extract_query", &query)])).unwrap_err();
         assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
         assert_eq!(e.message, "extract_query is nested too deeply");
@@ -631,6 +660,31 @@ fn deep_types_are_an_error_not_a_crash() {
     })
     .unwrap_err();
     assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    let e = crate::isolate::run(move || {
+        crate::deny::compile(&format!(
+            "CAST(client AS {}INT{}) IS NULL",
+            "ARRAY<".repeat(9_300),
+            ">".repeat(9_300)
+        ))
+        .map(|_| ())
+    })
+    .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    // Long flat shapes are not nesting: 2,000 comparisons side by side
+    // (a `<` after a column is no type), a 2,000-value IN list.
+    let flat = format!(
+        "SELECT time, process_id, {} FROM log_entries WHERE level IN ({})",
+        (0..2_000)
+            .map(|i| format!("level < {i} AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        (0..2_000)
+            .map(|i| i.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let e = crate::isolate::run(move || check(&[("extract_query", &flat)])).unwrap_err();
+    assert_ne!(e.kind, ErrorKind::TooComplex, "{e}");
     // A few levels plan: the error is the next check's (no audience column).
     let shallow = format!(
         "SELECT time, process_id, CAST(NULL AS INT{}) AS x, arrow_cast(NULL, 'List(List(Int32))') AS y FROM log_entries",

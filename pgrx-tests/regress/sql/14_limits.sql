@@ -154,6 +154,18 @@ SELECT sqlstate, message, detail FROM mmv_try(format('SELECT micromegas.mm_creat
   'SELECT time, process_id, x FROM {source}', 'time')));
 SELECT sqlstate, message FROM mmv_try(format('SELECT micromegas.deny_queries(%L, %L)',
   format('CAST(client AS %s) IS NULL', :'deep_type'), 'deep type'));
+-- The same depth written as ARRAY<…> (the parser recursed per level before
+-- any check ran) and as a typed string (INT[]… '{}', planned as a cast).
+SELECT would_be, problems FROM micromegas.mm_explain_view(format(
+  'CREATE MATERIALIZED VIEW limits_deep_type WITH (extract_query = %L, count_src_query = %L, merge_partitions_query = %L, update_group = 4000, time_column = %L)',
+  format('SELECT time, process_id, CAST(1 AS %sINT%s) AS x FROM log_entries', repeat('ARRAY<', 15000), repeat('>', 15000)),
+  'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  'SELECT time, process_id, x FROM {source}', 'time'));
+SELECT would_be, problems FROM micromegas.mm_explain_view(format(
+  'CREATE MATERIALIZED VIEW limits_deep_type WITH (extract_query = %L, count_src_query = %L, merge_partitions_query = %L, update_group = 4000, time_column = %L)',
+  format('SELECT time, process_id, %s ''{}'' AS x FROM log_entries', :'deep_type'),
+  'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  'SELECT time, process_id, x FROM {source}', 'time'));
 
 SELECT count(*) AS written FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'limits_v';
 SELECT pg_postmaster_start_time() = :'started' AS same_postmaster;
