@@ -1800,22 +1800,23 @@ COMMENT ON DOMAIN micromegas.view_set_name IS 'A view set name as a function arg
 DO $upgrade$
 DECLARE
   d record;
+  view_name text;
   problem text;
+  -- Those loaded before the upgrade, in materialization order.
   loaded text[] := ARRAY(SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
                           WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name);
 BEGIN
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
-  FOR d IN SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x
-            WHERE x.load_status = 'ok' ORDER BY x.update_group, x.view_set_name LOOP
+  FOREACH view_name IN ARRAY loaded LOOP
     BEGIN
       UPDATE micromegas.lakehouse_view_set_definitions x
          SET definition_sql = x.definition_sql, load_status = 'ok'
-       WHERE x.view_set_name = d.view_set_name AND x.load_status = 'ok';
+       WHERE x.view_set_name = view_name AND x.load_status = 'ok';
     EXCEPTION WHEN OTHERS THEN
       GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
       UPDATE micromegas.lakehouse_view_set_definitions x
          SET load_status = 'failed', load_error = format('no longer valid when upgraded to 0.1.6: %s', problem)
-       WHERE x.view_set_name = d.view_set_name;
+       WHERE x.view_set_name = view_name;
     END;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
