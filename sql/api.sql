@@ -760,7 +760,7 @@ COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
   'micromegas_views.job_max_attempts';
 COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
-  'Trigger: notifies micromegas_jobs of a job queued, finished or asked to stop (one payload per row; never for a claim or a heartbeat)';
+  'Trigger: notifies micromegas_jobs of a job queued or asked to stop, and of one finished when micromegas_views.notify_finished_jobs is on (one payload per row; never for a claim or a heartbeat)';
 COMMENT ON FUNCTION micromegas._mm_keeps_creation(timestamp with time zone,text) IS
   'Whether a write keeps its given creation columns (a superuser loading a dumped row) or they are computed';
 COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS
@@ -777,6 +777,8 @@ COMMENT ON FUNCTION micromegas._mm_next_version() IS
   'Increments the catalog version and returns it';
 COMMENT ON FUNCTION micromegas._mm_notify() IS
   'Trigger: notifies micromegas_view_definitions of a change, with the catalog version';
+COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
+  'micromegas_views.notify_finished_jobs: whether a job that ends is announced on micromegas_jobs';
 COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time zone,timestamp with time zone,bytea) IS
   'A partition named in messages: view set/instance [begin, end) schema_hash';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS

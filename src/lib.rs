@@ -17,7 +17,12 @@ pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);
 pgrx::extension_sql_file!("../sql/access.sql", name = "access");
 pgrx::extension_sql_file!("../sql/partitions.sql", name = "partitions");
 pgrx::extension_sql_file!("../sql/history.sql", name = "history");
-pgrx::extension_sql_file!("../sql/jobs.sql", name = "jobs");
+// The jobs' notification trigger asks a setting in its WHEN clause.
+pgrx::extension_sql_file!(
+    "../sql/jobs.sql",
+    name = "jobs",
+    requires = [pg::settings::micromegas::notify_finished_jobs]
+);
 pgrx::extension_sql_file!("../sql/privileges.sql", name = "privileges");
 pgrx::extension_sql_file!("../sql/api.sql", name = "api", finalize);
 

@@ -726,7 +726,8 @@ async fn partition_rows(dsn: &str, rounds: usize, repeat: usize, total: i64) -> 
 
 /// The job queue: 1, 8 and 32 workers draining 2,000 jobs (claim + finish
 /// each, as the client's JobWorker calls them) against the same loop over a
-/// bare `FOR UPDATE SKIP LOCKED` table; 8 workers claiming 10 at a time;
+/// bare `FOR UPDATE SKIP LOCKED` table; 8 workers claiming 10 at a time; 8
+/// workers announcing every finish;
 /// and CREATE with the history trigger against CREATE without it.
 async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
     const JOBS: i64 = 2000;
@@ -778,7 +779,15 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
     }
     let per_job = |d: Duration| d.as_secs_f64() * 1000.0 / JOBS as f64;
     let mut rows = Vec::new();
-    for (workers, batch) in [(1, 1), (8, 1), (32, 1), (8, 10)] {
+    // The last row announces every finish (micromegas_views.notify_finished_jobs,
+    // off by default): what a NOTIFY per finish costs.
+    for (workers, batch, notify) in [
+        (1, 1, false),
+        (8, 1, false),
+        (32, 1, false),
+        (8, 10, false),
+        (8, 1, true),
+    ] {
         client
             .batch_execute(&format!(
                 "DELETE FROM micromegas.jobs; TRUNCATE bench_queue;
@@ -809,8 +818,13 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
                  RETURNING q.id::text, q.worker",
             )
         };
+        let ours_dsn = if notify {
+            format!("{dsn} options='-c micromegas_views.notify_finished_jobs=on'")
+        } else {
+            dsn.to_string()
+        };
         let ours = drain(
-            dsn,
+            &ours_dsn,
             workers,
             claim,
             "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
@@ -832,11 +846,14 @@ async fn job_rows(dsn: &str, rounds: usize) -> Vec<Row> {
             .unwrap()
             .get(0);
         assert_eq!(done, JOBS, "every job done exactly once");
-        let claims = if batch == 1 {
+        let mut claims = if batch == 1 {
             String::new()
         } else {
             format!(", {batch} per claim")
         };
+        if notify {
+            claims.push_str(", every finish announced");
+        }
         rows.push(Row {
             what: format!(
                 "job claim + finish, {workers} worker{}{claims}, {JOBS} jobs ({:.0} jobs/s)",

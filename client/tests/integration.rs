@@ -380,8 +380,10 @@ async fn jobs_from_request_to_done() {
     create(&client, "jobs_v", 4000).await;
 
     // 1. A request is announced, claimed, heartbeaten and finished; the
-    // request and the finish are announced on micromegas_jobs, the claim
-    // (and the heartbeat) not: a "running" notification would come second.
+    // request and (with micromegas_views.notify_finished_jobs on, in the
+    // finishing session) the finish are announced on micromegas_jobs, the
+    // claim (and the heartbeat) not: a "running" notification would come
+    // second.
     let (listener, mut connection) = tokio_postgres::connect(&dsn(), NoTls).await.unwrap();
     let (tx, mut notes) = tokio::sync::mpsc::unbounded_channel::<serde_json::Value>();
     tokio::spawn(async move {
@@ -405,6 +407,10 @@ async fn jobs_from_request_to_done() {
         .await
         .unwrap()
         .get(0);
+    client
+        .batch_execute("SET micromegas_views.notify_finished_jobs = on")
+        .await
+        .unwrap();
     let beats = Arc::new(Mutex::new(0usize));
     let ran = {
         let beats = beats.clone();
@@ -443,6 +449,49 @@ async fn jobs_from_request_to_done() {
     }
     assert_eq!(states, ["queued", "done"]);
     assert_eq!(*beats.lock().unwrap(), 1);
+
+    // 1b. By default a finish is not announced (a commit that notifies
+    // holds a database-wide lock until flushed): after a request and its
+    // finish, the next notification is a marker sent after both.
+    client
+        .batch_execute("RESET micromegas_views.notify_finished_jobs")
+        .await
+        .unwrap();
+    let quiet_job: String = client
+        .query_one(
+            "SELECT micromegas.mm_refresh_view('jobs_v', '2023-01-01', '2023-01-02')::text",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    let ran = worker("w-quiet")
+        .run_once(&client, &|_job, _context: JobContext| async move {
+            JobOutcome::done()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ran,
+        Some(Ran::Finished {
+            job_id: quiet_job.clone(),
+            state: "done".into()
+        })
+    );
+    client
+        .batch_execute(r#"NOTIFY micromegas_jobs, '{"marker": "after the finish"}'"#)
+        .await
+        .unwrap();
+    let queued = within("the quiet job's request", notes.recv())
+        .await
+        .unwrap();
+    assert_eq!(queued["job_id"], quiet_job.as_str());
+    assert_eq!(queued["state"], "queued");
+    let next = within("the marker", notes.recv()).await.unwrap();
+    assert_eq!(
+        next["marker"], "after the finish",
+        "the finish was announced: {next}"
+    );
 
     // 2. A cancel while the job runs reaches the handler on a heartbeat; the
     // job ends cancelled.

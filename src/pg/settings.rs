@@ -8,6 +8,7 @@
 //! | `micromegas_views.file_retention` | superusers only | 1h | 0 – 30d |
 //! | `micromegas_views.job_lease` | superusers only | 5min | 1s – 1d |
 //! | `micromegas_views.job_max_attempts` | superusers only | 3 | 1 – 100 |
+//! | `micromegas_views.notify_finished_jobs` | superusers only | off | on/off |
 //! | `micromegas_views.adopt_existing_roles` | superusers only | off | on/off |
 //! | `micromegas_views.author_checks` | any role, per session | warn | off, warn, error |
 //!
@@ -18,7 +19,9 @@
 //! The first two bound work; neither switches a check off. The file
 //! retention protects readers of a retired partition's file, so an ordinary
 //! role may not shorten it; the job settings decide when a job may run
-//! twice, so they are superuser-only as well. The deny list's
+//! twice, so they are superuser-only as well, and so is whether a finished
+//! job is announced (a deployment's choice: every commit that notifies takes
+//! a database-wide lock, so announcing each finish halves a busy queue). The deny list's
 //! cap is a limit an ordinary role must not lift, so it is superuser-only too. The time limit may be
 //! raised by any role because it is capped at a minute and
 //! `statement_timeout` and cancellation still apply; the plan-node limit
@@ -36,6 +39,7 @@ static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 static JOB_LEASE_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(3);
 static ADOPT_EXISTING_ROLES: GucSetting<bool> = GucSetting::<bool>::new(false);
+static NOTIFY_FINISHED_JOBS: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// What a definition that misses an author obligation gets, from the most
 /// lenient to the strictest (the variants' order is their strictness).
@@ -112,6 +116,14 @@ pub fn register() {
         GucFlags::default(),
     );
     GucRegistry::define_bool_guc(
+        c"micromegas_views.notify_finished_jobs",
+        c"Whether a job that ends (done, failed or cancelled) is announced on micromegas_jobs.",
+        c"Off: only a queued job (or one queued again) and a cancellation request are. Every commit that sends a NOTIFY takes a database-wide lock, so announcing each finish slows a busy queue. Superuser only.",
+        &NOTIFY_FINISHED_JOBS,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_bool_guc(
         c"micromegas_views.adopt_existing_roles",
         c"Whether CREATE EXTENSION may use micromegas_* roles that already exist with members, LOGIN, SUPERUSER, CREATEROLE or an ADMIN OPTION holder.",
         c"Off: such a role is refused (SQLSTATE 42710), since its members would get the extension's privileges. Superuser only.",
@@ -144,6 +156,11 @@ pub fn job_max_attempts() -> i32 {
     JOB_MAX_ATTEMPTS.get().max(1)
 }
 
+/// `micromegas_views.notify_finished_jobs`.
+pub fn notify_finished_jobs() -> bool {
+    NOTIFY_FINISHED_JOBS.get()
+}
+
 /// `micromegas_views.file_retention`, in seconds.
 pub fn file_retention_seconds() -> i32 {
     FILE_RETENTION_S.get().max(0)
@@ -170,7 +187,7 @@ pub fn max_plan_nodes() -> usize {
 /// The settings the SQL files read (`sql/partitions.sql`, `sql/jobs.sql`),
 /// through a call into the library, so that each is always defined (and
 /// keeps its privilege rule) when read.
-mod micromegas {
+pub(crate) mod micromegas {
     use pgrx::prelude::*;
 
     /// `micromegas_views.file_retention` in seconds.
@@ -189,6 +206,13 @@ mod micromegas {
     #[pg_extern(stable, parallel_safe, name = "_mm_job_max_attempts")]
     fn job_max_attempts() -> i32 {
         super::job_max_attempts()
+    }
+
+    /// `micromegas_views.notify_finished_jobs` (the jobs' notification
+    /// trigger asks it in its WHEN clause).
+    #[pg_extern(stable, parallel_safe, name = "_mm_notify_finished_jobs")]
+    pub(crate) fn notify_finished_jobs() -> bool {
+        super::notify_finished_jobs()
     }
 
     /// The session's author-check level (`off`, `warn` or `error`).
