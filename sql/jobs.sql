@@ -296,15 +296,20 @@ DECLARE
   stop boolean;
 BEGIN
   -- One statement checks the lease, locks the row and extends the lease.
-  UPDATE micromegas.jobs x
-     SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
-   WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
-  RETURNING x.cancel_requested INTO stop;
-  IF NOT FOUND THEN
+  -- When it finds no row, _mm_held_job raises why; it returns only when the
+  -- claim committed after that statement began (its row, not yet running
+  -- then, is now locked under this lease): the statement runs again.
+  FOR attempt IN 1..2 LOOP
+    UPDATE micromegas.jobs x
+       SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
+     WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
+    RETURNING x.cancel_requested INTO stop;
+    IF FOUND THEN
+      RETURN CASE WHEN stop THEN 'cancel_requested' ELSE 'running' END;
+    END IF;
     PERFORM micromegas._mm_held_job($1, $2);
-    RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
-  END IF;
-  RETURN CASE WHEN stop THEN 'cancel_requested' ELSE 'running' END;
+  END LOOP;
+  RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
 
@@ -324,25 +329,30 @@ BEGIN
   END IF;
   -- One statement checks the lease and decides the next state from the
   -- locked row (a cancellation committed meanwhile is seen), then writes it.
-  UPDATE micromegas.jobs x
-     SET state = CASE WHEN x.cancel_requested THEN 'cancelled'
-                      WHEN ok THEN 'done'
-                      WHEN coalesce(retryable, false) AND x.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
-                      ELSE 'failed' END,
-         lease_expires_at = NULL, lease_token_hash = NULL,
-         finished_at = CASE WHEN NOT x.cancel_requested AND NOT ok AND coalesce(retryable, false)
-                                 AND x.attempts < micromegas._mm_job_max_attempts() THEN NULL
-                            ELSE clock_timestamp() END,
-         failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
-         failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
-         failure_retryable = CASE WHEN ok THEN NULL ELSE coalesce($6, false) END
-   WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
-  RETURNING x.state INTO next_state;
-  IF NOT FOUND THEN
+  -- When it finds no row, _mm_held_job raises why; it returns only when the
+  -- claim committed after that statement began (its row, not yet running
+  -- then, is now locked under this lease): the statement runs again.
+  FOR attempt IN 1..2 LOOP
+    UPDATE micromegas.jobs x
+       SET state = CASE WHEN x.cancel_requested THEN 'cancelled'
+                        WHEN ok THEN 'done'
+                        WHEN coalesce(retryable, false) AND x.attempts < micromegas._mm_job_max_attempts() THEN 'queued'
+                        ELSE 'failed' END,
+           lease_expires_at = NULL, lease_token_hash = NULL,
+           finished_at = CASE WHEN NOT x.cancel_requested AND NOT ok AND coalesce(retryable, false)
+                                   AND x.attempts < micromegas._mm_job_max_attempts() THEN NULL
+                              ELSE clock_timestamp() END,
+           failure_phase = CASE WHEN ok THEN NULL ELSE $4 END,
+           failure_message = CASE WHEN ok THEN NULL ELSE $5 END,
+           failure_retryable = CASE WHEN ok THEN NULL ELSE coalesce($6, false) END
+     WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
+    RETURNING x.state INTO next_state;
+    IF FOUND THEN
+      RETURN next_state;
+    END IF;
     PERFORM micromegas._mm_held_job($1, $2);
-    RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
-  END IF;
-  RETURN next_state;
+  END LOOP;
+  RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
 

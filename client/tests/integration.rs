@@ -680,6 +680,67 @@ async fn jobs_from_request_to_done() {
         );
         assert_eq!(attempts, if fail == "true" { 3 } else { 1 }, "job {id}");
     }
+
+    // 5. A lease used before its claim committed (the token handed to
+    // another connection from inside the claim's transaction): the
+    // heartbeat and the finish wait for the claim and go through, as they
+    // did when they began by locking the row.
+    for call in [
+        "SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid)",
+        "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
+    ] {
+        client
+            .batch_execute(
+                "SELECT micromegas.mm_refresh_view('jobs_v', '2022-01-01', '2022-01-02')",
+            )
+            .await
+            .unwrap();
+        let claimer = admin().await;
+        claimer.batch_execute("BEGIN").await.unwrap();
+        let claimed = claimer
+            .query_one(
+                "SELECT job_id::text, lease_token::text FROM micromegas.mm_claim_job('w-early')",
+                &[],
+            )
+            .await
+            .unwrap();
+        let (job_id, token): (String, String) = (claimed.get(0), claimed.get(1));
+        let early = {
+            let (job_id, token) = (job_id.clone(), token.clone());
+            tokio::spawn(async move {
+                let other = admin().await;
+                other
+                    .query_one(call, &[&job_id, &token])
+                    .await
+                    .map(|row| row.get::<_, String>(0))
+                    .map_err(|e| {
+                        e.as_db_error()
+                            .map_or(e.to_string(), |d| d.message().to_string())
+                    })
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        claimer.batch_execute("COMMIT").await.unwrap();
+        let answer = within("a call made before its claim committed", early)
+            .await
+            .unwrap();
+        let expected = if call.contains("heartbeat") {
+            "running"
+        } else {
+            "done"
+        };
+        assert_eq!(answer.as_deref(), Ok(expected), "{call}");
+        if expected == "running" {
+            client
+                .query_one(
+                    "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
+                    &[&job_id, &token],
+                )
+                .await
+                .unwrap();
+        }
+        assert_eq!(job_state(&client, &job_id).await, "done");
+    }
     drop_view(&client, "jobs_v").await;
     client
         .batch_execute("DELETE FROM micromegas.jobs")

@@ -8,7 +8,11 @@
 //! job (it was interrupted and dropped its [`Pending`]), the checkpoint
 //! returns an error and the job ends. The caller never blocks on the helper
 //! without a way out: [`Pending::wait`] returns after a tick so that the
-//! caller can service its own interrupts in between.
+//! caller can service its own interrupts in between, and returns the
+//! time-limit error itself once the deadline has passed: a stretch of work
+//! that reaches no checkpoint (one long DataFusion pass over a very wide
+//! query) cannot keep the caller past its limit; the abandoned job ends at
+//! its next checkpoint.
 //!
 //! One helper is kept per process (per backend), so its stack pages stay
 //! mapped and no call pays for a thread start. When a job is submitted while
@@ -45,6 +49,9 @@ pub struct Budget {
     timeout: Option<Duration>,
     cancelled: Arc<AtomicBool>,
     max_plan_nodes: usize,
+    /// What the job is doing (set by [`set_phase`]), shared with the caller
+    /// so that its own time-limit error names the same phase.
+    phase: Arc<Mutex<String>>,
 }
 
 impl Budget {
@@ -55,6 +62,7 @@ impl Budget {
             timeout: None,
             cancelled: Arc::new(AtomicBool::new(false)),
             max_plan_nodes: DEFAULT_MAX_PLAN_NODES,
+            phase: Arc::new(Mutex::new(String::from("validation"))),
         }
     }
 
@@ -81,30 +89,48 @@ impl Budget {
                 "validation cancelled: the caller stopped waiting",
             ));
         }
-        if let (Some(deadline), Some(timeout)) = (self.deadline, self.timeout) {
-            if Instant::now() >= deadline {
-                let phase = PHASE.with(|p| p.borrow().clone());
-                return Err(Error::new(
-                    ErrorKind::TooComplex,
-                    format!(
-                        "{phase} exceeded the validation time limit of {} ms",
-                        timeout.as_millis()
-                    ),
-                )
-                .with_detail(format!(
-                    "Validation stops after micromegas_views.validation_timeout ({} ms).",
-                    timeout.as_millis()
-                ))
-                .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s)."));
-            }
+        match self.expired() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        Ok(())
+    }
+
+    /// The time-limit error, once the deadline has passed.
+    fn expired(&self) -> Option<Error> {
+        let (deadline, timeout) = (self.deadline?, self.timeout?);
+        if Instant::now() < deadline {
+            return None;
+        }
+        let phase = self
+            .phase
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        Some(
+            Error::new(
+                ErrorKind::TooComplex,
+                format!(
+                    "{phase} exceeded the validation time limit of {} ms",
+                    timeout.as_millis()
+                ),
+            )
+            .with_detail(format!(
+                "Validation stops after micromegas_views.validation_timeout ({} ms).",
+                timeout.as_millis()
+            ))
+            .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s)."),
+        )
+    }
+
+    /// How long until the deadline (none: no deadline).
+    fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
     }
 }
 
 thread_local! {
     static BUDGET: RefCell<Option<Budget>> = const { RefCell::new(None) };
-    static PHASE: RefCell<String> = RefCell::new(String::from("validation"));
 }
 
 /// Ends the current job with an error once its deadline has passed or its
@@ -128,10 +154,15 @@ pub fn max_plan_nodes() -> usize {
 /// Names what the current job is doing, for the time-limit message
 /// (e.g. `extract_query`).
 pub fn set_phase(phase: &str) {
-    PHASE.with(|p| {
-        let mut p = p.borrow_mut();
-        p.clear();
-        p.push_str(phase);
+    BUDGET.with(|b| {
+        if let Some(budget) = b.borrow().as_ref() {
+            let mut p = budget
+                .phase
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            p.clear();
+            p.push_str(phase);
+        }
     });
 }
 
@@ -218,19 +249,23 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// the job: its next [`checkpoint`] ends it.
 pub struct Pending<T> {
     answer: Receiver<Result<T>>,
-    cancelled: Arc<AtomicBool>,
+    budget: Budget,
     done: bool,
 }
 
 impl<T> Pending<T> {
-    /// Waits up to `tick` for the answer.
+    /// Waits up to `tick` for the answer (less when the deadline comes
+    /// first). Past the deadline it answers the time-limit error itself,
+    /// whether or not the job reached a checkpoint; dropping `self` then
+    /// cancels the job.
     pub fn wait(&mut self, tick: Duration) -> Option<Result<T>> {
+        let tick = self.budget.remaining().map_or(tick, |r| r.min(tick));
         match self.answer.recv_timeout(tick) {
             Ok(result) => {
                 self.done = true;
                 Some(result)
             }
-            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Timeout) => self.budget.expired().map(Err),
             Err(RecvTimeoutError::Disconnected) => {
                 self.done = true;
                 Some(Err(Error::internal("the planning thread is gone")))
@@ -242,7 +277,7 @@ impl<T> Pending<T> {
 impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
         if !self.done {
-            self.cancelled.store(true, Ordering::SeqCst);
+            self.budget.cancelled.store(true, Ordering::SeqCst);
         }
     }
 }
@@ -254,12 +289,11 @@ where
     T: Send + 'static,
 {
     let (reply, answer) = channel::<Result<T>>();
-    let cancelled = Arc::clone(&budget.cancelled);
+    let waiter = budget.clone();
     let (sender, busy) = helper_for_new_job()?;
     let done = Arc::clone(&busy);
     let job: Job = Box::new(move || {
         BUDGET.with(|b| *b.borrow_mut() = Some(budget));
-        set_phase("validation");
         let result = match catch_unwind(AssertUnwindSafe(f)) {
             Ok(result) => result,
             Err(panic) => Err(
@@ -280,7 +314,7 @@ where
     }
     Ok(Pending {
         answer,
-        cancelled,
+        budget: waiter,
         done: false,
     })
 }

@@ -130,7 +130,7 @@ impl NestingGuard {
 /// expression. (Recursive over the parsed type, which the parser built by
 /// recursing as deep: this runs on the planning thread, like the parse.)
 fn named_type_depth(expr: &sqlparser::ast::Expr) -> usize {
-    use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, Value};
+    use sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments};
     match expr {
         Expr::Cast { data_type, .. } => type_depth(data_type),
         // `INT[] '{}'`: DataFusion plans it as a cast.

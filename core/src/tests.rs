@@ -772,6 +772,31 @@ fn validation_stops_at_its_time_limit() {
 }
 
 #[test]
+fn the_caller_gets_the_time_limit_even_without_a_checkpoint() {
+    use crate::isolate::{run_with, set_phase, Budget};
+    use std::time::{Duration, Instant};
+    // A job busy where no checkpoint reaches it (one long DataFusion pass
+    // over a very wide query): the caller is answered at the deadline, not
+    // when the job next looks at its budget.
+    let (release, stuck) = std::sync::mpsc::channel::<()>();
+    let started = Instant::now();
+    let e = run_with(Budget::with_timeout(Duration::from_millis(50)), move || {
+        set_phase("merge_partitions_query");
+        let _ = stuck.recv_timeout(Duration::from_secs(30));
+        Ok(())
+    })
+    .unwrap_err();
+    let waited = started.elapsed();
+    release.send(()).ok();
+    assert!(waited < Duration::from_secs(10), "waited {waited:?}");
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert_eq!(
+        e.message,
+        "merge_partitions_query exceeded the validation time limit of 50 ms"
+    );
+}
+
+#[test]
 fn a_dropped_job_is_cancelled_at_its_next_checkpoint() {
     use crate::isolate::{checkpoint, submit, Budget};
     let (ended, ended_rx) = std::sync::mpsc::channel();
