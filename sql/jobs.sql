@@ -199,11 +199,8 @@ CREATE TYPE micromegas.claimed_job AS (
   job_id uuid, kind text, view_set_name text, begin_time timestamptz, end_time timestamptz, params jsonb,
   attempts integer, worker text, lease_expires_at timestamptz, lease_token uuid);
 
--- The stored form of a lease token.
-CREATE FUNCTION micromegas._mm_lease_hash(token uuid) RETURNS bytea
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT pg_catalog.sha256(pg_catalog.uuid_send($1))
-$$;
+-- The stored form of a lease token, micromegas._mm_lease_hash(uuid), is a
+-- Rust function (src/pg/jobs.rs): sha256(uuid_send(token)).
 
 -- A worker claims up to max_jobs of the oldest queued jobs (of the given
 -- kinds), each with a lease of micromegas_views.job_lease and a token of

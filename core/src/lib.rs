@@ -14,6 +14,7 @@ pub mod deny;
 pub mod error;
 pub mod functions;
 pub mod isolate;
+pub mod jobs;
 pub mod options;
 pub mod planner;
 pub mod prepare;

@@ -772,6 +772,28 @@ fn validation_stops_at_its_time_limit() {
 }
 
 #[test]
+fn a_lease_hash_is_the_sha256_of_the_token_bytes() {
+    // sha256(uuid_send('00000000-0000-0000-0000-000000000000'::uuid)) in SQL.
+    assert_eq!(
+        hex_of(&crate::jobs::lease_hash(&[0u8; 16])),
+        "374708fff7719dd5979ec875d56cd2286f6d3cf7ec317a3b25632aab28ec37bb"
+    );
+    // ... of 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11' (bytes in text order).
+    let token = [
+        0xa0, 0xee, 0xbc, 0x99, 0x9c, 0x0b, 0x4e, 0xf8, 0xbb, 0x6d, 0x6b, 0xb9, 0xbd, 0x38, 0x0a,
+        0x11,
+    ];
+    assert_eq!(
+        hex_of(&crate::jobs::lease_hash(&token)),
+        "ad1314c8cb19ce26ca153da85a11b617a875533f79bc7ab93afeac8937c88a26"
+    );
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
 fn the_caller_gets_the_time_limit_even_without_a_checkpoint() {
     use crate::isolate::{run_with, set_phase, Budget};
     use std::time::{Duration, Instant};
@@ -1189,6 +1211,7 @@ const LAYERS: &[&str] = &[
     "prepare",
     "deny",
     "properties",
+    "jobs",
 ];
 
 #[test]

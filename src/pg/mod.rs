@@ -4,6 +4,7 @@
 mod access;
 mod api;
 mod errors;
+mod jobs;
 mod legacy;
 pub mod settings;
 mod thread;
