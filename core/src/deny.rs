@@ -887,9 +887,21 @@ mod tests {
                     text(g)
                 ),
                 1 => {
-                    let items: Vec<String> = (0..1 + g.next(3)).map(|_| text(g)).filter(|t| !COLUMNS.contains(&t.as_str())).collect();
-                    let items = if items.is_empty() { vec!["'a'".to_string()] } else { items };
-                    format!("{} {}IN ({})", COLUMNS[g.next(4)], ["", "NOT "][g.next(2)], items.join(", "))
+                    let items: Vec<String> = (0..1 + g.next(3))
+                        .map(|_| text(g))
+                        .filter(|t| !COLUMNS.contains(&t.as_str()))
+                        .collect();
+                    let items = if items.is_empty() {
+                        vec!["'a'".to_string()]
+                    } else {
+                        items
+                    };
+                    format!(
+                        "{} {}IN ({})",
+                        COLUMNS[g.next(4)],
+                        ["", "NOT "][g.next(2)],
+                        items.join(", ")
+                    )
                 }
                 2 => format!(
                     "{} {}{} '{}'",
@@ -902,7 +914,11 @@ mod tests {
                 4 => ["TRUE", "FALSE", "NULL"][g.next(3)].to_string(),
                 // Left to DataFusion: a function call.
                 5 => format!("lower({}) = 'a'", COLUMNS[g.next(4)]),
-                6 => format!("({}) AND ({})", boolean(g, depth - 1), boolean(g, depth - 1)),
+                6 => format!(
+                    "({}) AND ({})",
+                    boolean(g, depth - 1),
+                    boolean(g, depth - 1)
+                ),
                 7 => format!("({}) OR ({})", boolean(g, depth - 1), boolean(g, depth - 1)),
                 8 => format!("NOT ({})", boolean(g, depth - 1)),
                 _ => format!("({}) IS NULL", boolean(g, depth - 1)),
@@ -942,7 +958,10 @@ mod tests {
                 compared += 1;
             }
         }
-        assert!(fast >= 1000, "only {fast} generated rules took the direct path");
+        assert!(
+            fast >= 1000,
+            "only {fast} generated rules took the direct path"
+        );
         assert!(compared >= 40_000, "{compared}");
     }
 

@@ -12,7 +12,11 @@
 //! time-limit error itself once the deadline has passed: a stretch of work
 //! that reaches no checkpoint (one long DataFusion pass over a very wide
 //! query) cannot keep the caller past its limit; the abandoned job ends at
-//! its next checkpoint.
+//! its next checkpoint — which DataFusion's work on very wide nested
+//! queries (its column look-ups are linear, so `SELECT *` over thousands of
+//! columns, nested, is quadratic per level) can put far off: at most
+//! [`MAX_HELPERS`] such jobs run per backend, and a job that could not start
+//! before its deadline says so.
 //!
 //! One helper is kept per process (per backend), so its stack pages stay
 //! mapped and no call pays for a thread start. When a job is submitted while
@@ -52,6 +56,9 @@ pub struct Budget {
     /// What the job is doing (set by [`set_phase`]), shared with the caller
     /// so that its own time-limit error names the same phase.
     phase: Arc<Mutex<String>>,
+    /// Whether a helper has begun the job (it may wait behind helpers
+    /// still finishing abandoned jobs).
+    started: Arc<AtomicBool>,
 }
 
 impl Budget {
@@ -63,6 +70,7 @@ impl Budget {
             cancelled: Arc::new(AtomicBool::new(false)),
             max_plan_nodes: DEFAULT_MAX_PLAN_NODES,
             phase: Arc::new(Mutex::new(String::from("validation"))),
+            started: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -100,6 +108,21 @@ impl Budget {
         let (deadline, timeout) = (self.deadline?, self.timeout?);
         if Instant::now() < deadline {
             return None;
+        }
+        if !self.started.load(Ordering::SeqCst) {
+            return Some(
+                Error::new(
+                    ErrorKind::TooComplex,
+                    format!(
+                        "validation could not start within the validation time limit of {} ms",
+                        timeout.as_millis()
+                    ),
+                )
+                .with_detail(format!(
+                    "This session's {MAX_HELPERS} planning threads are all still finishing validations that ran out of time earlier; they stop at their next checkpoint."
+                ))
+                .with_hint("Retry once they have finished, or from another session."),
+            );
         }
         let phase = self
             .phase
@@ -180,14 +203,15 @@ pub fn set_spawn_guard(guard: SpawnGuard) {
 
 struct Helper {
     sender: Sender<Job>,
-    busy: Arc<AtomicBool>,
+    /// Jobs handed to this helper and not ended yet (queued or running).
+    busy: Arc<AtomicUsize>,
 }
 
 static ALIVE: AtomicUsize = AtomicUsize::new(0);
 
 fn spawn_helper() -> Result<Helper> {
     let (sender, receiver) = channel::<Job>();
-    let busy = Arc::new(AtomicBool::new(false));
+    let busy = Arc::new(AtomicUsize::new(0));
     let mut receiver = Some(receiver);
     let mut spawned = Err(Error::internal("the planning thread was not started"));
     let mut start = || {
@@ -199,7 +223,7 @@ fn spawn_helper() -> Result<Helper> {
             .name("micromegas-views-planner".into())
             .stack_size(STACK_BYTES)
             .spawn(move || {
-                // Each job clears its helper's `busy` flag itself, before it replies.
+                // Each job takes itself off its helper's `busy` count, before it replies.
                 for job in receiver {
                     job();
                 }
@@ -219,20 +243,20 @@ fn spawn_helper() -> Result<Helper> {
     Ok(Helper { sender, busy })
 }
 
-fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicBool>)> {
+fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>)> {
     static HELPER: OnceLock<Mutex<Option<Helper>>> = OnceLock::new();
     let slot = HELPER.get_or_init(|| Mutex::new(None));
     let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let replace = match guard.as_ref() {
         None => true,
-        Some(h) => h.busy.load(Ordering::SeqCst) && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS,
+        Some(h) => h.busy.load(Ordering::SeqCst) > 0 && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS,
     };
     if replace {
         // Dropping the old sender lets a busy helper exit after its job.
         *guard = Some(spawn_helper()?);
     }
     let helper = guard.as_ref().expect("a helper");
-    helper.busy.store(true, Ordering::SeqCst);
+    helper.busy.fetch_add(1, Ordering::SeqCst);
     Ok((helper.sender.clone(), Arc::clone(&helper.busy)))
 }
 
@@ -293,6 +317,7 @@ where
     let (sender, busy) = helper_for_new_job()?;
     let done = Arc::clone(&busy);
     let job: Job = Box::new(move || {
+        budget.started.store(true, Ordering::SeqCst);
         BUDGET.with(|b| *b.borrow_mut() = Some(budget));
         let result = match catch_unwind(AssertUnwindSafe(f)) {
             Ok(result) => result,
@@ -305,11 +330,11 @@ where
         // Free before the caller can see the answer and submit again: a
         // caller must never find its helper busy with a job it already has
         // the answer of (it would start a needless new helper).
-        done.store(false, Ordering::SeqCst);
+        done.fetch_sub(1, Ordering::SeqCst);
         let _ = reply.send(result);
     });
     if sender.send(job).is_err() {
-        busy.store(false, Ordering::SeqCst);
+        busy.fetch_sub(1, Ordering::SeqCst);
         return Err(Error::internal("the planning thread is gone"));
     }
     Ok(Pending {
