@@ -117,6 +117,8 @@ pub fn validate_parsed(
     check_plan(COUNT, &count)?;
     check_count_placeholders(&count)?;
     check_count_schema(&output_schema(&count))?;
+    // What follows (the reads, the author checks) belongs to no one query.
+    isolate::set_phase("validation");
     isolate::checkpoint()?;
 
     let mut reads = BTreeSet::new();
