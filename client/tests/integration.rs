@@ -685,9 +685,13 @@ async fn jobs_from_request_to_done() {
     // another connection from inside the claim's transaction): the
     // heartbeat and the finish wait for the claim and go through, as they
     // did when they began by locking the row.
-    for call in [
-        "SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid)",
-        "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
+    let finish = "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)";
+    for (call, expected) in [
+        (
+            "SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid)",
+            "running",
+        ),
+        (finish, "done"),
     ] {
         client
             .batch_execute(
@@ -724,20 +728,9 @@ async fn jobs_from_request_to_done() {
         let answer = within("a call made before its claim committed", early)
             .await
             .unwrap();
-        let expected = if call.contains("heartbeat") {
-            "running"
-        } else {
-            "done"
-        };
         assert_eq!(answer.as_deref(), Ok(expected), "{call}");
-        if expected == "running" {
-            client
-                .query_one(
-                    "SELECT micromegas.mm_finish_job($1::text::uuid, $2::text::uuid, true)",
-                    &[&job_id, &token],
-                )
-                .await
-                .unwrap();
+        if call != finish {
+            client.query_one(finish, &[&job_id, &token]).await.unwrap();
         }
         assert_eq!(job_state(&client, &job_id).await, "done");
     }

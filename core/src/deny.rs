@@ -175,22 +175,7 @@ pub fn compile(text: &str) -> Result<Rule> {
 /// Under SQL's rules the conjunction is then TRUE only when the column holds
 /// one of them (a NULL or any other value makes it FALSE or NULL).
 fn key_of(expr: &Expr) -> Option<(usize, Vec<String>)> {
-    fn column(e: &Expr) -> Option<usize> {
-        match e {
-            Expr::Column(c) if c.relation.is_none() => {
-                MATCH_COLUMNS.iter().position(|name| *name == c.name)
-            }
-            _ => None,
-        }
-    }
-    fn text(e: &Expr) -> Option<String> {
-        match e {
-            Expr::Literal(ScalarValue::Utf8(Some(t)), _)
-            | Expr::Literal(ScalarValue::Utf8View(Some(t)), _)
-            | Expr::Literal(ScalarValue::LargeUtf8(Some(t)), _) => Some(t.clone()),
-            _ => None,
-        }
-    }
+    let (column, text) = (context_column, text_literal);
     split_conjunction(expr)
         .into_iter()
         .find_map(|conjunct| match conjunct {
@@ -213,6 +198,26 @@ fn key_of(expr: &Expr) -> Option<(usize, Vec<String>)> {
             }
             _ => None,
         })
+}
+
+/// The match-context column an expression is, if it is one.
+fn context_column(e: &Expr) -> Option<usize> {
+    match e {
+        Expr::Column(c) if c.relation.is_none() => {
+            MATCH_COLUMNS.iter().position(|name| *name == c.name)
+        }
+        _ => None,
+    }
+}
+
+/// The text of a string literal.
+fn text_literal(e: &Expr) -> Option<String> {
+    match e {
+        Expr::Literal(ScalarValue::Utf8(Some(t)), _)
+        | Expr::Literal(ScalarValue::Utf8View(Some(t)), _)
+        | Expr::Literal(ScalarValue::LargeUtf8(Some(t)), _) => Some(t.clone()),
+        _ => None,
+    }
 }
 
 /// A rule's expression evaluated directly on one context's values, with
@@ -259,19 +264,18 @@ impl Fast {
     fn of(expr: &Expr) -> Option<Fast> {
         let of = |e: &Expr| Fast::of(e).map(Box::new);
         let fast = match expr {
-            Expr::Column(c) if c.relation.is_none() => {
-                Fast::Column(MATCH_COLUMNS.iter().position(|name| *name == c.name)?)
-            }
-            Expr::Literal(value, _) => match value {
-                ScalarValue::Utf8(Some(t))
-                | ScalarValue::LargeUtf8(Some(t))
-                | ScalarValue::Utf8View(Some(t)) => Fast::Text(t.clone()),
-                ScalarValue::Boolean(Some(b)) => Fast::Bool(*b),
-                ScalarValue::Utf8(None)
-                | ScalarValue::LargeUtf8(None)
-                | ScalarValue::Utf8View(None)
-                | ScalarValue::Boolean(None)
-                | ScalarValue::Null => Fast::Null,
+            Expr::Column(_) => Fast::Column(context_column(expr)?),
+            Expr::Literal(value, _) => match (text_literal(expr), value) {
+                (Some(t), _) => Fast::Text(t),
+                (None, ScalarValue::Boolean(Some(b))) => Fast::Bool(*b),
+                (
+                    None,
+                    ScalarValue::Utf8(None)
+                    | ScalarValue::LargeUtf8(None)
+                    | ScalarValue::Utf8View(None)
+                    | ScalarValue::Boolean(None)
+                    | ScalarValue::Null,
+                ) => Fast::Null,
                 _ => return None,
             },
             Expr::BinaryExpr(BinaryExpr { left, op, right }) => match op {
@@ -749,9 +753,7 @@ impl Matcher {
             && candidates.iter().any(|&i| self.rules[i].1.reads_sql_hash);
         let hash = if needs_hash { hash_of(context)? } else { None };
         let mut full = *context;
-        if needs_hash {
-            full[SQL_HASH] = hash.as_deref();
-        }
+        full[SQL_HASH] = context[SQL_HASH].or(hash.as_deref());
         // The one-row batch, built only for a rule that needs DataFusion.
         let mut batch = None;
         for i in candidates {
@@ -872,14 +874,13 @@ mod tests {
         }
         fn boolean(g: &mut Gen, depth: usize) -> String {
             let leaf = depth == 0 || g.next(3) == 0;
-            match if leaf { g.next(6) } else { 6 + g.next(4) } {
-                // Mostly comparisons, the commonest shape.
-                _ if leaf && g.next(3) == 0 => format!(
-                    "{} {} {}",
-                    text(g),
-                    ["=", "<>", "<", "<=", ">", ">="][g.next(6)],
-                    text(g)
-                ),
+            // Leaves are mostly comparisons, the commonest shape.
+            let shape = match (leaf, g.next(3)) {
+                (true, 0) => 0,
+                (true, _) => g.next(6),
+                (false, _) => 6 + g.next(4),
+            };
+            match shape {
                 0 => format!(
                     "{} {} {}",
                     text(g),
