@@ -390,7 +390,7 @@ BEGIN
       -- of views; time: a validation past a minute) says nothing about the
       -- dependent: the change fails with that error and nothing is marked.
       -- Class 53, and class 54 except this extension's own limits on what a
-      -- definition may be (nesting, plan nodes, size: always in English,
+      -- definition may be (nesting, plan nodes, width, size: always in English,
       -- whereas Postgres' own messages follow lc_messages). A cancel or
       -- statement_timeout is never caught here; the session's validation
       -- time limit does not apply to a re-check (src/pg/settings.rs).
@@ -398,6 +398,7 @@ BEGIN
          OR (left(state, 2) = '54' AND problem NOT LIKE '% is nested too deeply%'
              AND problem NOT LIKE '% is nested more than % levels deep%'
              AND problem NOT LIKE '% plans to more than % plan nodes%'
+             AND problem NOT LIKE '% is too wide to plan%'
              AND problem NOT LIKE '% is too long: %') THEN
         RAISE;
       END IF;

@@ -20,6 +20,7 @@ pub mod planner;
 pub mod prepare;
 pub mod properties;
 pub mod schema;
+pub mod width;
 
 pub use catalog::{Catalog, CatalogEntry, CatalogRow, SourceKind};
 pub use checks::{referenced_relations, validate, Validated};

@@ -6,6 +6,7 @@ use crate::catalog::{Catalog, CatalogEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::{registry, FunctionRegistry};
 use crate::isolate;
+use crate::width;
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
@@ -622,6 +623,15 @@ fn too_many_nodes(option: &str, limit: usize) -> Error {
         .with_hint("Reference each common table expression fewer times, or split the view into views that read each other.")
 }
 
+fn too_wide(option: &str, work: u64) -> Error {
+    let limit = width::MAX_COLUMN_WORK;
+    Error::too_complex(format!("{option} is too wide to plan"))
+        .with_detail(format!(
+            "Planning resolves each SELECT's column names and output columns against the columns it reads and returns (a * counts every column it expands to): about {work} look-ups here; the limit is {limit}."
+        ))
+        .with_hint("Name the columns the view needs instead of * over wide inputs, or split it into views that read each other.")
+}
+
 /// Plans a parsed query (type coercion included) and returns the plan.
 /// `source` is the schema `{source}` stands for, when planning a merge query.
 pub fn plan(
@@ -647,6 +657,11 @@ pub fn plan(
     let estimate = estimate_plan_nodes(&query);
     if estimate > limit as u64 {
         return Err(too_many_nodes(option, limit));
+    }
+    let source_width = provider.source.as_ref().map(|schema| schema.fields().len());
+    let work = width::column_work(&query, catalog, SOURCE_TABLE, source_width);
+    if work > width::MAX_COLUMN_WORK {
+        return Err(too_wide(option, work));
     }
     let unanalyzed = SqlToRel::new(&provider).sql_statement_to_plan(SqlStatement::Query(query));
     if let Some(e) = provider.interrupted.borrow_mut().take() {

@@ -1202,6 +1202,7 @@ const LAYERS: &[&str] = &[
     "schema",
     "catalog",
     "functions",
+    "width",
     "planner",
     "author",
     "ddl",
@@ -1256,4 +1257,149 @@ fn modules_import_only_from_layers_below() {
         LAYERS.len(),
         "LAYERS names a module that does not exist"
     );
+}
+
+/// `SELECT *` nested `depth` times over a select list of `width` literals.
+fn nested_wide(width: usize, depth: usize) -> String {
+    let list: Vec<String> = (0..width).map(|i| format!("1 AS c{i}")).collect();
+    let mut q = format!("SELECT {}", list.join(", "));
+    for _ in 0..depth {
+        q = format!("SELECT * FROM ({q}) t");
+    }
+    q
+}
+
+fn column_work_of(query: &str, source_width: Option<usize>) -> u64 {
+    let parsed = crate::planner::parse_query("extract_query", query).unwrap();
+    crate::width::column_work(
+        &parsed,
+        &builtin_catalog(),
+        crate::planner::SOURCE_TABLE,
+        source_width,
+    )
+}
+
+#[test]
+fn column_work_counts_what_the_planner_resolves() {
+    // (names + output) x (in scope + output), per SELECT.
+    assert_eq!(column_work_of("SELECT 1 AS a, 2 AS b", None), 4);
+    // 4, then * over 2 columns: (0 + 2) x (2 + 2).
+    assert_eq!(
+        column_work_of("SELECT * FROM (SELECT 1 AS a, 2 AS b) t", None),
+        12
+    );
+    // A view set is as wide as its schema; each name counts.
+    let log_entries = builtin_catalog()
+        .get("log_entries")
+        .unwrap()
+        .schema
+        .fields()
+        .len() as u64;
+    assert_eq!(
+        column_work_of("SELECT process_id, time FROM log_entries", None),
+        (2 + 2) * (log_entries + 2)
+    );
+    // {source} is as wide as the extract query's output.
+    assert_eq!(column_work_of("SELECT * FROM {source}", Some(10)), 10 * 20);
+    // A common table expression is planned once however often it is read,
+    // and each read brings all its columns into scope.
+    let once = column_work_of("WITH w AS (SELECT 1 AS a, 2 AS b) SELECT a FROM w", None);
+    assert_eq!(once, 4 + 2 * 3);
+    assert_eq!(
+        column_work_of(
+            "WITH w AS (SELECT 1 AS a, 2 AS b) SELECT * FROM w x, w y",
+            None
+        ),
+        4 + 4 * 8
+    );
+    // ORDER BY resolves against the output; a set operation matches its
+    // sides column by column; a subquery in an expression is counted.
+    assert_eq!(
+        column_work_of("SELECT 1 AS a, 2 AS b ORDER BY a, b", None),
+        4 + 2 * 2
+    );
+    assert_eq!(
+        column_work_of("SELECT 1 AS a UNION ALL SELECT 2 AS a", None),
+        1 + 1 + 1
+    );
+    assert_eq!(column_work_of("SELECT (SELECT 1 AS x) AS a", None), 1 + 1);
+    // Quadratic in the width, linear in the depth.
+    assert_eq!(column_work_of(&nested_wide(1000, 0), None), 1_000_000);
+    assert_eq!(column_work_of(&nested_wide(1000, 10), None), 21_000_000);
+    assert_eq!(column_work_of(&nested_wide(2000, 10), None), 84_000_000);
+}
+
+#[test]
+fn a_query_too_wide_to_plan_is_refused_before_planning() {
+    // 3,000 columns through 3 levels: 63 million look-ups (seconds of
+    // DataFusion planning with no checkpoint in between). It reads a view
+    // set that does not exist (one column, as far as the estimate knows):
+    // planning would say so, and is not reached.
+    let list: Vec<String> = (0..3000).map(|i| format!("1 AS c{i}")).collect();
+    let inner = format!("SELECT {} FROM nope", list.join(", "));
+    let query = (0..3).fold(inner, |q, _| format!("SELECT * FROM ({q}) t"));
+    let e = crate::isolate::run(move || check_owned(cte_overrides(&query)))
+        .err()
+        .expect("refused");
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert_eq!(e.message, "extract_query is too wide to plan");
+    let detail = e.detail.unwrap();
+    assert!(
+        detail.contains("about 63003000 look-ups here; the limit is 25000000"),
+        "{detail}"
+    );
+    assert!(e.hint.unwrap().contains("instead of *"));
+    // The merge query is bounded the same way, over the extract's width.
+    let wide_merge = format!(
+        "SELECT * FROM {}",
+        (0..6).fold("{source}".to_string(), |q, _| format!(
+            "(SELECT * FROM {q}) s"
+        ))
+    );
+    let extract = format!(
+        "SELECT date_bin('1 minute', time) AS time_bin, process_id, {} FROM log_entries",
+        (0..1500)
+            .map(|i| format!("1 AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let e = crate::isolate::run(move || {
+        check_owned(vec![
+            ("extract_query", extract),
+            ("merge_partitions_query", wide_merge),
+            ("merge_sort_order", "time_bin".to_string()),
+        ])
+    })
+    .err()
+    .expect("refused");
+    assert_eq!(
+        e.message, "merge_partitions_query is too wide to plan",
+        "{e}"
+    );
+}
+
+#[test]
+fn a_wide_view_under_the_column_limit_validates() {
+    // 600 columns read and returned through five levels, the merge query
+    // reading all of them: 4.3 million look-ups in all.
+    let extract = format!(
+        "SELECT date_bin('1 minute', time) AS time_bin, process_id, {} FROM log_entries",
+        (0..598)
+            .map(|i| format!("1 AS c{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let nested = (0..5).fold(extract, |q, _| format!("SELECT * FROM ({q}) t"));
+    let validated = crate::isolate::run(move || {
+        check_owned(vec![
+            ("extract_query", nested),
+            (
+                "merge_partitions_query",
+                "SELECT * FROM {source}".to_string(),
+            ),
+            ("merge_sort_order", "time_bin".to_string()),
+        ])
+    })
+    .unwrap();
+    assert_eq!(validated.schema.fields().len(), 600);
 }

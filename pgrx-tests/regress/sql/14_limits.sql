@@ -42,6 +42,30 @@ SELECT sqlstate, message FROM mmv_try(format(
   'INSERT INTO micromegas.lakehouse_view_set_definitions (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options) VALUES (''limits_v'', %L, ''x'', ''y'', 1, ''{"time_column": "t"}'')',
   'SELECT ' || repeat('1 + ', 200000) || '1'));
 
+-- 1b. A query too wide to plan (3,000 columns read and returned through
+--     three SELECTs: DataFusion resolves each column by a linear search,
+--     seconds of work it cannot be interrupted in) is refused before
+--     planning, well inside a one-second statement_timeout; for a reader
+--     asking mm_explain_view too. Named columns under the limit are fine.
+CREATE FUNCTION pg_temp.wide_extract(columns int, levels int) RETURNS text
+LANGUAGE sql AS $$
+  SELECT repeat('SELECT * FROM (', levels)
+      || 'SELECT date_bin(''1 minute'', time) AS time_bin, process_id, '
+      || (SELECT string_agg(format('1 AS c%s', i), ', ') FROM generate_series(1, columns) i)
+      || ' FROM log_entries'
+      || (SELECT string_agg(format(') w%s', i), '') FROM generate_series(1, levels) i)
+$$;
+SET statement_timeout = '1s';
+SELECT sqlstate, message, detail, hint FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)',
+  pg_temp.with_extract(pg_temp.wide_extract(3000, 2))));
+CREATE ROLE limits_reader NOLOGIN IN ROLE micromegas_reader;
+SET ROLE limits_reader;
+SELECT would_be, problems FROM micromegas.mm_explain_view(pg_temp.with_extract(pg_temp.wide_extract(3000, 2)));
+RESET ROLE;
+DROP ROLE limits_reader;
+RESET statement_timeout;
+SELECT view_set_name, would_be, problems FROM micromegas.mm_explain_view(pg_temp.with_extract(pg_temp.wide_extract(300, 2)));
+
 -- 2. A deep type string (150,000 levels, just under the 1 MiB size limit, so
 --    that it reaches the depth check): registration and a direct INSERT of
 --    the built-in row.

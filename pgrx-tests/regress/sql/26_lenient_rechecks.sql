@@ -2,8 +2,8 @@
 -- service's code is the truth): a dependent that no longer validates is
 -- marked failed, never refused. The leniency holds all the way down a chain
 -- of views; a re-check is not bound by the session's validation time limit;
--- and a re-check that runs out of stack fails the registration and marks
--- nothing.
+-- a re-check that runs out of stack fails the registration and marks
+-- nothing; one that finds a dependent too wide to plan marks or refuses it.
 \set blocks_count '$c$SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''$c$'
 CREATE FUNCTION lr_schema(value_type text, extra boolean DEFAULT false) RETURNS text LANGUAGE sql AS $$
   SELECT jsonb_build_object('fields',
@@ -83,5 +83,34 @@ SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src', lr_s
 SELECT count(*) FILTER (WHERE load_status = 'ok' AND jsonb_array_length(schema_json->'fields') = 4) AS moved
   FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'lr\_chain\_%';
 SELECT count(*) AS dropped FROM generate_series(30, 1, -1) i, LATERAL micromegas.mm_drop_view(('lr_chain_' || i)::micromegas.view_set_name);
+
+-- 4. A dependent too wide to plan after its source widened (each level of
+--    lr_wide reads and returns every column: 3 x 2 x 2,504^2 look-ups, over
+--    the limit) is a property of the dependent, like its nesting: marked
+--    failed by the built-in's registration, refused (2BP01) when the source
+--    is a view defined here.
+SELECT status FROM micromegas.mm_create_view(lr_view('lr_wide',
+  'SELECT * FROM (SELECT * FROM (SELECT * FROM lr_src) a) b', 3000, '*'));
+SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src',
+  (SELECT jsonb_set(lr_schema('Float64')::jsonb, '{fields}', (lr_schema('Float64')::jsonb->'fields')
+     || jsonb_agg(jsonb_build_object('name', 'x' || i, 'type', 'Int64')))
+     FROM generate_series(1, 2500) i)::text, 2000);
+SELECT view_set_name, load_status, load_error FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'lr_wide';
+SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src', lr_schema('Float64'), 2000);
+SELECT status FROM micromegas.mm_create_view(replace(lr_view('lr_wide',
+  'SELECT * FROM (SELECT * FROM (SELECT * FROM lr_src) a) b', 3000, '*'), 'CREATE MATERIALIZED', 'CREATE OR REPLACE MATERIALIZED'));
+SELECT view_set_name, load_status FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'lr_wide';
+SELECT status FROM micromegas.mm_drop_view('lr_wide');
+SELECT status FROM micromegas.mm_create_view(lr_view('lr_narrow', 'SELECT time, process_id, value FROM lr_src', 2500, '*'));
+SELECT status FROM micromegas.mm_create_view(lr_view('lr_wide',
+  'SELECT * FROM (SELECT * FROM (SELECT * FROM lr_narrow) a) b', 3000, '*'));
+SELECT sqlstate, message, detail FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)',
+  replace(lr_view('lr_narrow', 'SELECT time, process_id, value, '
+    || (SELECT string_agg(format('1 AS x%s', i), ', ') FROM generate_series(1, 2500) i) || ' FROM lr_src', 2500, '*'),
+    'CREATE MATERIALIZED', 'CREATE OR REPLACE MATERIALIZED')));
+SELECT view_set_name, load_status, jsonb_array_length(schema_json->'fields') AS fields
+  FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name IN ('lr_narrow', 'lr_wide') ORDER BY 1;
+SELECT status FROM micromegas.mm_drop_view('lr_wide');
+SELECT status FROM micromegas.mm_drop_view('lr_narrow');
 DELETE FROM micromegas.builtin_view_sets WHERE view_set_name = 'lr_src';
 DROP FUNCTION lr_schema(text, boolean), lr_view(text, text, int, text);
