@@ -7,6 +7,17 @@ use arrow_schema::SchemaRef;
 use serde::Deserialize;
 use std::collections::HashMap;
 
+/// A relation name as DataFusion looks it up: quoted as written, unquoted
+/// folded to lower case — ASCII letters only, as DataFusion folds them (a
+/// Unicode fold would make `"É"` and `É` differ from DataFusion's view).
+pub fn normalized_name(ident: &sqlparser::ast::Ident) -> String {
+    if ident.quote_style.is_some() {
+        ident.value.clone()
+    } else {
+        ident.value.to_ascii_lowercase()
+    }
+}
+
 /// How the daemon treats a view set as a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -67,11 +67,7 @@ pub fn mentioned_relations(parsed: &ParsedQueries) -> Vec<String> {
         let _ = visit_relations(query, |relation: &ObjectName| {
             if let Some(last) = relation.0.last() {
                 if let Some(ident) = last.as_ident() {
-                    let name = if ident.quote_style.is_some() {
-                        ident.value.clone()
-                    } else {
-                        ident.value.to_lowercase()
-                    };
+                    let name = crate::catalog::normalized_name(ident);
                     if name != SOURCE_TABLE {
                         names.insert(name);
                     }

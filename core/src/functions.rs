@@ -81,6 +81,9 @@ fn build() -> FunctionRegistry {
         |f| (f.name(), f.aliases()),
     );
     let expr_planners: Vec<Arc<dyn ExprPlanner>> = vec![
+        // First: a checkpoint at every operator, field access, literal list,
+        // aggregate and window DataFusion plans.
+        Arc::new(Checkpoint),
         Arc::new(datafusion_functions::core::planner::CoreFunctionPlanner::default()),
         Arc::new(datafusion_functions_nested::planner::NestedFunctionPlanner),
         Arc::new(datafusion_functions_nested::planner::FieldAccessPlanner),
@@ -379,4 +382,115 @@ fn micromegas_aggregates() -> Vec<Arc<AggregateUDF>> {
             returns: histogram_type(),
         })),
     ]
+}
+
+/// An expression planner that plans nothing and checks the job's budget
+/// each time DataFusion asks it (isolate.rs): DataFusion calls no other hook
+/// of ours while it plans the expressions of a query, so an expression-heavy
+/// query (thousands of ORDER BY items, each a long sum) would otherwise run
+/// on, abandoned, long after its time limit.
+#[derive(Debug)]
+struct Checkpoint;
+
+fn budget_left() -> DfResult<()> {
+    crate::isolate::checkpoint()
+        .map_err(|e| datafusion_common::DataFusionError::External(Box::new(e)))
+}
+
+impl ExprPlanner for Checkpoint {
+    fn plan_binary_op(
+        &self,
+        expr: datafusion_expr::planner::RawBinaryExpr,
+        _schema: &datafusion_common::DFSchema,
+    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawBinaryExpr>>
+    {
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+    }
+
+    fn plan_field_access(
+        &self,
+        expr: datafusion_expr::planner::RawFieldAccessExpr,
+        _schema: &datafusion_common::DFSchema,
+    ) -> DfResult<
+        datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawFieldAccessExpr>,
+    > {
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+    }
+
+    fn plan_array_literal(
+        &self,
+        exprs: Vec<datafusion_expr::Expr>,
+        _schema: &datafusion_common::DFSchema,
+    ) -> DfResult<datafusion_expr::planner::PlannerResult<Vec<datafusion_expr::Expr>>> {
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(exprs))
+    }
+
+    fn plan_struct_literal(
+        &self,
+        args: Vec<datafusion_expr::Expr>,
+        is_named_struct: bool,
+    ) -> DfResult<datafusion_expr::planner::PlannerResult<Vec<datafusion_expr::Expr>>> {
+        let _ = is_named_struct;
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(args))
+    }
+
+    fn plan_aggregate(
+        &self,
+        expr: datafusion_expr::planner::RawAggregateExpr,
+    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawAggregateExpr>>
+    {
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+    }
+
+    fn plan_window(
+        &self,
+        expr: datafusion_expr::planner::RawWindowExpr,
+    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawWindowExpr>>
+    {
+        budget_left()?;
+        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::isolate::{run_with, Budget};
+    use datafusion_expr::planner::{PlannerResult, RawBinaryExpr};
+    use std::time::Duration;
+
+    /// DataFusion asks the registry's expression planners in order: the
+    /// checkpoint is first, so an operator planned after the job's time ran
+    /// out ends the planning (an expression-heavy query with no table or
+    /// function look-up in between stops at its next operator).
+    #[test]
+    fn the_expression_planner_checkpoint_comes_first_and_stops_a_job() {
+        assert_eq!(format!("{:?}", registry().expr_planners[0]), "Checkpoint");
+        let raw = || RawBinaryExpr {
+            op: sqlparser::ast::BinaryOperator::Plus,
+            left: datafusion_expr::lit(1),
+            right: datafusion_expr::lit(1),
+        };
+        let schema = datafusion_common::DFSchema::empty();
+        assert!(matches!(
+            Checkpoint.plan_binary_op(raw(), &schema),
+            Ok(PlannerResult::Original(_))
+        ));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let _ = run_with(Budget::with_timeout(Duration::ZERO), move || {
+            let planned = Checkpoint.plan_binary_op(raw(), &datafusion_common::DFSchema::empty());
+            tx.send(planned.err().map(|e| e.to_string())).unwrap();
+            Ok(())
+        });
+        let error = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+        assert!(
+            error.as_deref().is_some_and(|e| e.contains("validation")),
+            "{error:?}"
+        );
+    }
 }

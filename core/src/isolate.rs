@@ -16,7 +16,11 @@
 //! queries (its column look-ups are linear, so `SELECT *` over thousands of
 //! columns, nested, is quadratic per level) can put far off: at most
 //! [`MAX_HELPERS`] such jobs run per backend, and a job that could not start
-//! before its deadline says so.
+//! before its deadline says so. A job whose caller gave up runs the rest of
+//! its work at the lowest CPU priority (nice 19, Linux): what no checkpoint
+//! and no estimate bounded takes only CPU time nothing else wants. Its
+//! helper then takes no new job (a thread cannot raise its priority back)
+//! and exits once replaced.
 //!
 //! One helper is kept per process (per backend), so its stack pages stay
 //! mapped and no call pays for a thread start. When a job is submitted while
@@ -59,7 +63,56 @@ pub struct Budget {
     /// Whether a helper has begun the job (it may wait behind helpers
     /// still finishing abandoned jobs).
     started: Arc<AtomicBool>,
+    /// The helper running the job, and what the caller may do to it.
+    runner: Arc<Runner>,
 }
+
+/// The helper thread a job runs on, as its caller sees it.
+#[derive(Debug, Default)]
+struct Runner {
+    /// The thread's id (Linux), once the job started; 0 before.
+    tid: std::sync::atomic::AtomicI32,
+    /// Set by a caller that gave up: the helper runs at the lowest priority
+    /// and takes no new job.
+    retired: Arc<AtomicBool>,
+}
+
+impl Runner {
+    /// Lowers the running job's thread to the lowest CPU priority and
+    /// retires its helper.
+    fn demote(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+        let tid = self.tid.load(Ordering::SeqCst);
+        if tid != 0 {
+            lowest_priority(tid);
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn current_tid() -> i32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn current_tid() -> i32 {
+    0
+}
+
+/// Nice 19 for one thread: on Linux `setpriority(PRIO_PROCESS, tid)` sets a
+/// single thread's priority; any process may lower its own threads'.
+#[cfg(target_os = "linux")]
+fn lowest_priority(tid: i32) {
+    // SAFETY: plain system call on an id of this process's own thread; a
+    // failure (thread gone) changes nothing.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lowest_priority(_tid: i32) {}
 
 impl Budget {
     /// No deadline (tests, fuzzing); still cancellable.
@@ -71,6 +124,7 @@ impl Budget {
             max_plan_nodes: DEFAULT_MAX_PLAN_NODES,
             phase: Arc::new(Mutex::new(String::from("validation"))),
             started: Arc::new(AtomicBool::new(false)),
+            runner: Arc::new(Runner::default()),
         }
     }
 
@@ -205,6 +259,9 @@ struct Helper {
     sender: Sender<Job>,
     /// Jobs handed to this helper and not ended yet (queued or running).
     busy: Arc<AtomicUsize>,
+    /// Set when a caller gave up on one of its jobs: it runs at the lowest
+    /// priority from then on, so it takes no new job.
+    retired: Arc<AtomicBool>,
 }
 
 static ALIVE: AtomicUsize = AtomicUsize::new(0);
@@ -240,16 +297,23 @@ fn spawn_helper() -> Result<Helper> {
         None => start(),
     }
     spawned?;
-    Ok(Helper { sender, busy })
+    Ok(Helper {
+        sender,
+        busy,
+        retired: Arc::new(AtomicBool::new(false)),
+    })
 }
 
-fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>)> {
+fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool>)> {
     static HELPER: OnceLock<Mutex<Option<Helper>>> = OnceLock::new();
     let slot = HELPER.get_or_init(|| Mutex::new(None));
     let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let replace = match guard.as_ref() {
         None => true,
-        Some(h) => h.busy.load(Ordering::SeqCst) > 0 && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS,
+        Some(h) => {
+            (h.busy.load(Ordering::SeqCst) > 0 || h.retired.load(Ordering::SeqCst))
+                && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS
+        }
     };
     if replace {
         // Dropping the old sender lets a busy helper exit after its job.
@@ -257,7 +321,11 @@ fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>)> {
     }
     let helper = guard.as_ref().expect("a helper");
     helper.busy.fetch_add(1, Ordering::SeqCst);
-    Ok((helper.sender.clone(), Arc::clone(&helper.busy)))
+    Ok((
+        helper.sender.clone(),
+        Arc::clone(&helper.busy),
+        Arc::clone(&helper.retired),
+    ))
 }
 
 /// The text a panic carried (`&str` or `String`), for an error message.
@@ -302,6 +370,7 @@ impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
         if !self.done {
             self.budget.cancelled.store(true, Ordering::SeqCst);
+            self.budget.runner.demote();
         }
     }
 }
@@ -313,10 +382,20 @@ where
     T: Send + 'static,
 {
     let (reply, answer) = channel::<Result<T>>();
+    let (sender, busy, retired) = helper_for_new_job()?;
+    let mut budget = budget;
+    budget.runner = Arc::new(Runner {
+        tid: Default::default(),
+        retired,
+    });
     let waiter = budget.clone();
-    let (sender, busy) = helper_for_new_job()?;
     let done = Arc::clone(&busy);
     let job: Job = Box::new(move || {
+        budget.runner.tid.store(current_tid(), Ordering::SeqCst);
+        // A helper demoted while this job waited behind an abandoned one.
+        if budget.runner.retired.load(Ordering::SeqCst) {
+            budget.runner.demote();
+        }
         budget.started.store(true, Ordering::SeqCst);
         BUDGET.with(|b| *b.borrow_mut() = Some(budget));
         let result = match catch_unwind(AssertUnwindSafe(f)) {

@@ -2,7 +2,7 @@
 //! `ContextProvider` seam of `datafusion-sql`. Planning is synchronous and
 //! never executes anything.
 
-use crate::catalog::{Catalog, CatalogEntry, SourceKind};
+use crate::catalog::{normalized_name, Catalog, CatalogEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::{registry, FunctionRegistry};
 use crate::isolate;
@@ -291,8 +291,8 @@ pub fn estimate_plan_nodes(query: &sqlparser::ast::Query) -> u64 {
 
 struct Frame {
     weight: u64,
-    /// Common table expressions this query defines: body identity, name.
-    bodies: Vec<(*const sqlparser::ast::Query, String)>,
+    /// Common table expressions this query defines: body identity → name.
+    bodies: std::collections::HashMap<*const sqlparser::ast::Query, String>,
     /// Their weights, once visited.
     ctes: std::collections::HashMap<String, u64>,
 }
@@ -303,12 +303,7 @@ struct Estimate {
 }
 
 fn relation_key(name: &sqlparser::ast::ObjectName) -> Option<String> {
-    let ident = name.0.last()?.as_ident()?;
-    Some(if ident.quote_style.is_some() {
-        ident.value.clone()
-    } else {
-        ident.value.to_lowercase()
-    })
+    Some(normalized_name(name.0.last()?.as_ident()?))
 }
 
 impl Visitor for Estimate {
@@ -334,12 +329,10 @@ impl Visitor for Estimate {
             .iter()
             .flat_map(|with| with.cte_tables.iter())
             .map(|cte| {
-                let name = if cte.alias.name.quote_style.is_some() {
-                    cte.alias.name.value.clone()
-                } else {
-                    cte.alias.name.value.to_lowercase()
-                };
-                (cte.query.as_ref() as *const _, name)
+                (
+                    cte.query.as_ref() as *const _,
+                    normalized_name(&cte.alias.name),
+                )
             })
             .collect();
         self.frames.push(Frame {
@@ -355,9 +348,9 @@ impl Visitor for Estimate {
         match self.frames.last_mut() {
             Some(parent) => {
                 let me = query as *const _;
-                match parent.bodies.iter().find(|(body, _)| *body == me) {
+                match parent.bodies.get(&me) {
                     // A CTE body weighs nothing until it is referenced.
-                    Some((_, name)) => {
+                    Some(name) => {
                         parent.ctes.insert(name.clone(), frame.weight);
                     }
                     None => parent.weight = parent.weight.saturating_add(frame.weight),
@@ -629,7 +622,11 @@ fn too_wide(option: &str, work: u64) -> Error {
         .with_detail(format!(
             "Planning resolves each SELECT's column names and output columns against the columns it reads and returns (a * counts every column it expands to): about {work} look-ups here; the limit is {limit}."
         ))
-        .with_hint("Name the columns the view needs instead of * over wide inputs, or split it into views that read each other.")
+        .with_hint(if option == "merge_partitions_query" {
+            "Name the columns the merge needs instead of SELECT * FROM {source}: it reads every column of the extract query's output."
+        } else {
+            "Name the columns the view needs instead of * over wide inputs, or split it into views that read each other."
+        })
 }
 
 /// Plans a parsed query (type coercion included) and returns the plan.

@@ -1314,9 +1314,11 @@ fn column_work_counts_what_the_planner_resolves() {
     );
     // ORDER BY resolves against the output; a set operation matches its
     // sides column by column; a subquery in an expression is counted.
+    // (ORDER BY also matches each of its 2 items with the select list's
+    // expression nodes: 2 x 2 x 4.)
     assert_eq!(
         column_work_of("SELECT 1 AS a, 2 AS b ORDER BY a, b", None),
-        4 + 2 * 2
+        4 + 2 * 2 + 2 * 2 * 4
     );
     assert_eq!(
         column_work_of("SELECT 1 AS a UNION ALL SELECT 2 AS a", None),
@@ -1327,6 +1329,120 @@ fn column_work_counts_what_the_planner_resolves() {
     assert_eq!(column_work_of(&nested_wide(1000, 0), None), 1_000_000);
     assert_eq!(column_work_of(&nested_wide(1000, 10), None), 21_000_000);
     assert_eq!(column_work_of(&nested_wide(2000, 10), None), 84_000_000);
+}
+
+#[test]
+fn column_work_charges_what_else_grows_faster_than_the_text() {
+    let w = |n: usize| -> String {
+        let list: Vec<String> = (0..n).map(|i| format!("1 AS c{i}")).collect();
+        format!("SELECT {}", list.join(", "))
+    };
+    // A name folds to lower case as DataFusion folds it (ASCII only): an
+    // unquoted non-ASCII CTE name is found, and counted as wide as it is.
+    assert_eq!(
+        column_work_of("WITH É AS (SELECT 1 AS a, 2 AS b) SELECT * FROM É", None),
+        column_work_of("WITH e AS (SELECT 1 AS a, 2 AS b) SELECT * FROM e", None)
+    );
+    assert_eq!(
+        column_work_of("WITH e AS (SELECT 1 AS a, 2 AS b) SELECT * FROM e", None),
+        4 + 2 * 4
+    );
+    // NATURAL and USING joins match columns across both sides.
+    let plain = column_work_of(
+        &format!("WITH w AS ({}) SELECT 1 AS one FROM w a, w b", w(100)),
+        None,
+    );
+    let natural = column_work_of(
+        &format!(
+            "WITH w AS ({}) SELECT 1 AS one FROM w a NATURAL JOIN w b",
+            w(100)
+        ),
+        None,
+    );
+    assert_eq!(natural - plain, 200 * 200 / 2);
+    let using = column_work_of(
+        &format!(
+            "WITH w AS ({}) SELECT 1 AS one FROM w a JOIN w b USING (c1, c2, c3)",
+            w(100)
+        ),
+        None,
+    );
+    assert_eq!(using - plain, 3 * 200);
+    // unnest: cubic in the nodes of its argument (a struct of many fields).
+    let fields: Vec<String> = (0..600).map(|i| format!("'f{i}', {i}")).collect();
+    let unnest = format!("SELECT unnest(named_struct({})) AS u", fields.join(", "));
+    assert!(column_work_of(&unnest, None) > crate::width::MAX_COLUMN_WORK);
+    let unnest_table = format!("SELECT * FROM unnest(named_struct({}))", fields.join(", "));
+    assert!(column_work_of(&unnest_table, None) > crate::width::MAX_COLUMN_WORK);
+    // ORDER BY items are matched with every select-list node.
+    let terms = |i: usize| format!("a + {i} + {}", vec!["1"; 50].join(" + "));
+    let exprs: Vec<String> = (0..1000).map(|i| format!("{} AS e{i}", terms(i))).collect();
+    let order: Vec<String> = (0..1000).map(terms).collect();
+    let ordered = format!(
+        "SELECT {} FROM (SELECT 1 AS a) t ORDER BY {}",
+        exprs.join(", "),
+        order.join(", ")
+    );
+    assert!(column_work_of(&ordered, None) > crate::width::MAX_COLUMN_WORK);
+    // Every query is planned with a copy of the CTEs in scope.
+    let ctes: Vec<String> = (0..8000)
+        .map(|i| format!("w{i} AS (SELECT 1 AS x)"))
+        .collect();
+    let many = format!("WITH {} SELECT 1 AS one", ctes.join(", "));
+    assert!(column_work_of(&many, None) >= 8000 * 7999 / 2);
+    // BY NAME: each arm matched with the columns of the arms before it.
+    let arms: Vec<String> = (0..20)
+        .map(|a| {
+            let list: Vec<String> = (0..300).map(|i| format!("1 AS a{a}_{i}")).collect();
+            format!("SELECT {}", list.join(", "))
+        })
+        .collect();
+    assert!(
+        column_work_of(&arms.join(" UNION ALL BY NAME "), None) > crate::width::MAX_COLUMN_WORK
+    );
+    // A subquery's names are looked up in the SELECT around it too: the
+    // inner (SELECT a, b) costs (2 + 2) x 2, the outer (0 + 1) x (2 + 1)
+    // plus its subquery's 2 names x its 2 columns.
+    assert_eq!(
+        column_work_of(
+            "SELECT 1 AS one FROM (SELECT 1 AS a, 2 AS b) t WHERE EXISTS (SELECT a, b)",
+            None
+        ),
+        4 + (2 + 2) * 2 + 3 + 2 * 2
+    );
+}
+
+#[test]
+fn an_abandoned_job_runs_at_the_lowest_priority_on_a_retired_helper() {
+    use crate::isolate::{run, submit, Budget};
+    use std::time::Duration;
+    // A job busy where no checkpoint reaches it; its caller gives up.
+    let (release, stuck) = std::sync::mpsc::channel::<()>();
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let abandoned = submit(Budget::unlimited(), move || {
+        // SAFETY: gettid has no preconditions.
+        tid_tx.send(unsafe { libc::gettid() }).unwrap();
+        let _ = stuck.recv();
+        Ok(())
+    })
+    .unwrap();
+    let tid = tid_rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    let nice = |tid: i32| -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+        // The fields after the command's closing parenthesis start at the
+        // third; nice is the nineteenth.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        rest.split(' ').nth(16).unwrap().parse().unwrap()
+    };
+    assert_eq!(nice(tid), 0);
+    drop(abandoned);
+    assert_eq!(nice(tid), 19);
+    release.send(()).unwrap();
+    // The next job runs on another helper, at the normal priority.
+    // SAFETY: gettid has no preconditions.
+    let next = run(|| Ok(unsafe { libc::gettid() })).unwrap();
+    assert_ne!(next, tid);
+    assert_eq!(nice(next), 0);
 }
 
 #[test]
@@ -1376,6 +1492,7 @@ fn a_query_too_wide_to_plan_is_refused_before_planning() {
         e.message, "merge_partitions_query is too wide to plan",
         "{e}"
     );
+    assert!(e.hint.unwrap().contains("instead of SELECT * FROM {source}"));
 }
 
 #[test]

@@ -16,19 +16,31 @@
 //! as everything its FROM reads, a view set as wide as its schema in the
 //! catalog, a common table expression as wide as its body (planned once,
 //! so its cost is counted once). What cannot be known before planning (a
-//! table function's output) counts as one column. One walk of the tree:
-//! linear in the text.
+//! table function's output) counts as one column. Besides the column
+//! look-ups it charges what else DataFusion does in time more than linear
+//! in the text, each measured (core tests `column_work_*`): NATURAL and
+//! USING joins (columns matched across both sides), `unnest` (cubic in the
+//! nodes of its argument: a struct of many fields), ORDER BY, GROUP BY and
+//! DISTINCT ON (each item matched against every expression of the select
+//! list), set operations BY NAME (each arm matched against the columns so
+//! far), every query planned with a copy of the common table expressions
+//! in scope, and names a subquery resolves in the queries around it. One
+//! walk of the tree: linear in the text. It is an estimate, not a proof:
+//! abandoned work it misses runs at the lowest CPU priority (isolate.rs).
 
-use crate::catalog::Catalog;
-use sqlparser::ast::{Expr, Query, Select, SelectItem, SetExpr, TableFactor, Visit, Visitor};
+use crate::catalog::{normalized_name, Catalog};
+use sqlparser::ast::{
+    Distinct, Expr, GroupByExpr, JoinConstraint, JoinOperator, OrderByKind, Query, Select,
+    SelectItem, SetExpr, SetQuantifier, TableFactor, TableWithJoins, Visit, Visitor,
+};
 use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 /// The most column work a query may cost: about a second of planning in a
 /// release build on this project's 2-core test machine (measured: 30–45 ns
-/// a unit), far above real views (600 columns read and returned through ten
-/// levels come to about 7.6 million) and far below what the text limit
-/// allows.
+/// a unit; about 130 in a debug build), far above real views (600 columns
+/// read and returned through ten levels come to about 7.6 million) and far
+/// below what the text limit allows.
 pub const MAX_COLUMN_WORK: u64 = 25_000_000;
 
 /// The column work of planning `query` (saturating). `source_table` is the
@@ -45,6 +57,9 @@ pub fn column_work(
         source_table,
         source_width: source_width.unwrap_or(1) as u64,
         frames: Vec::new(),
+        visible_ctes: 0,
+        unnests: Vec::new(),
+        derived: Default::default(),
         last_width: 0,
         work: 0,
     };
@@ -54,14 +69,24 @@ pub fn column_work(
 
 /// A query being walked.
 struct QueryFrame {
-    /// Its common table expressions: body identity, name.
-    bodies: Vec<(*const Query, String)>,
+    /// Its common table expressions: body identity → name.
+    bodies: HashMap<*const Query, String>,
     /// Their widths, once walked.
     ctes: HashMap<String, u64>,
-    /// The widest SELECT (or VALUES) of its body.
+    /// The widest SELECT (or VALUES) of its body, and all of them summed.
     width: u64,
+    width_sum: u64,
+    /// The SELECTs (and parenthesized queries) of its body.
+    arms: u64,
+    /// Expression nodes of the widest arm's select list.
+    projection_nodes: u64,
     /// Names resolved against its output (ORDER BY).
     names: u64,
+    /// Names its body's SELECTs resolve (a subquery's may be the outer
+    /// query's columns).
+    body_names: u64,
+    /// Common table expressions defined (walked) in it.
+    defined_ctes: u64,
 }
 
 /// A SELECT being walked.
@@ -70,6 +95,11 @@ struct SelectFrame {
     width_in: u64,
     /// The names its expressions resolve.
     names: u64,
+    /// Names the subqueries in its expressions resolve (DataFusion looks
+    /// up what they do not hold in this SELECT's columns).
+    nested_names: u64,
+    /// All its expression nodes.
+    nodes: u64,
 }
 
 enum Frame {
@@ -82,6 +112,14 @@ struct Walk<'a> {
     source_table: &'a str,
     source_width: u64,
     frames: Vec<Frame>,
+    /// Common table expressions defined in the queries being walked: each
+    /// query is planned with a copy of them.
+    visible_ctes: u64,
+    /// Expression nodes inside each `unnest` being walked, innermost last.
+    unnests: Vec<u64>,
+    /// Derived tables (subqueries in FROM, not LATERAL): they see no outer
+    /// columns.
+    derived: std::collections::HashSet<*const Query>,
     /// The width of the query walked last (a derived table's, when its
     /// table factor ends).
     last_width: u64,
@@ -96,12 +134,26 @@ fn cost(names: u64, width_in: u64, width_out: u64) -> u64 {
         .saturating_mul(width_in.saturating_add(width_out))
 }
 
-/// A name as DataFusion looks it up: unquoted names fold to lower case.
-fn identifier_key(ident: &sqlparser::ast::Ident) -> String {
-    if ident.quote_style.is_some() {
-        ident.value.clone()
-    } else {
-        ident.value.to_lowercase()
+fn is_unnest(expr: &Expr) -> bool {
+    matches!(expr, Expr::Function(f) if f.name.0.len() == 1
+        && f.name.0[0].as_ident().is_some_and(|i| i.value.eq_ignore_ascii_case("unnest")))
+}
+
+/// `unnest` of a struct of n fields plans in about n³ steps (measured: 500
+/// fields 1.9 s, 2,000 over a minute in a debug build); its argument has
+/// about 2n nodes.
+fn unnest_cost(nodes: u64) -> u64 {
+    nodes.saturating_mul(nodes).saturating_mul(nodes) / 64
+}
+
+fn join_constraint(operator: &JoinOperator) -> Option<&JoinConstraint> {
+    use JoinOperator::*;
+    match operator {
+        Join(c) | Inner(c) | Left(c) | LeftOuter(c) | Right(c) | RightOuter(c) | FullOuter(c)
+        | CrossJoin(c) | Semi(c) | LeftSemi(c) | RightSemi(c) | Anti(c) | LeftAnti(c)
+        | RightAnti(c) | StraightJoin(c) => Some(c),
+        AsOf { constraint, .. } => Some(constraint),
+        _ => None,
     }
 }
 
@@ -128,12 +180,46 @@ impl Walk<'_> {
             Frame::Select(_) => None,
         })
     }
+
+    fn charge(&mut self, cost: u64) {
+        self.work = self.work.saturating_add(cost);
+    }
+
+    /// NATURAL and USING joins match columns across both sides.
+    fn joins(&mut self, from: &[TableWithJoins], width_in: u64) {
+        let mut pending: Vec<&TableWithJoins> = from.iter().collect();
+        while let Some(table) = pending.pop() {
+            for factor in
+                std::iter::once(&table.relation).chain(table.joins.iter().map(|j| &j.relation))
+            {
+                if let TableFactor::NestedJoin {
+                    table_with_joins, ..
+                } = factor
+                {
+                    pending.push(table_with_joins);
+                }
+            }
+            for join in &table.joins {
+                match join_constraint(&join.join_operator) {
+                    Some(JoinConstraint::Natural) => {
+                        self.charge(width_in.saturating_mul(width_in) / 2)
+                    }
+                    Some(JoinConstraint::Using(names)) => {
+                        self.charge((names.len() as u64).saturating_mul(width_in))
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
 }
 
 impl Visitor for Walk<'_> {
     type Break = ();
 
     fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+        // Planned with a copy of every common table expression in scope.
+        self.charge(self.visible_ctes);
         let bodies = query
             .with
             .iter()
@@ -141,7 +227,7 @@ impl Visitor for Walk<'_> {
             .map(|cte| {
                 (
                     cte.query.as_ref() as *const Query,
-                    identifier_key(&cte.alias.name),
+                    normalized_name(&cte.alias.name),
                 )
             })
             .collect();
@@ -150,17 +236,18 @@ impl Visitor for Walk<'_> {
             SetExpr::Values(values) => {
                 values.rows.first().map_or(0, |row| row.content.len()) as u64
             }
-            SetExpr::Table(table) => table
-                .table_name
-                .as_deref()
-                .map_or(1, |name| self.relation_width(&name.to_lowercase())),
             _ => 0,
         };
         self.frames.push(Frame::Query(QueryFrame {
             bodies,
             ctes: HashMap::new(),
             width,
+            width_sum: width,
+            arms: 0,
+            projection_nodes: 0,
             names: 0,
+            body_names: 0,
+            defined_ctes: 0,
         }));
         ControlFlow::Continue(())
     }
@@ -169,32 +256,63 @@ impl Visitor for Walk<'_> {
         let Some(Frame::Query(frame)) = self.frames.pop() else {
             return ControlFlow::Continue(());
         };
-        // ORDER BY resolves against the output; a set operation matches
-        // its sides column by column (linear).
-        let set_operation = matches!(query.body.as_ref(), SetExpr::SetOperation { .. });
-        let own = cost(frame.names, frame.width, 0).saturating_add(if set_operation {
-            frame.width
-        } else {
-            0
-        });
-        self.work = self.work.saturating_add(own);
-        self.last_width = frame.width;
+        self.visible_ctes = self.visible_ctes.saturating_sub(frame.defined_ctes);
+        // ORDER BY resolves against the output, and matches each item with
+        // every expression of the select list; a set operation matches its
+        // sides column by column, BY NAME each arm with the columns so far.
+        let mut own = cost(frame.names, frame.width, 0);
+        if let Some(OrderByKind::Expressions(items)) = query.order_by.as_ref().map(|o| &o.kind) {
+            own = own.saturating_add(
+                (items.len() as u64)
+                    .saturating_mul(frame.projection_nodes)
+                    .saturating_mul(4),
+            );
+        }
+        let mut width = frame.width;
+        if let SetExpr::SetOperation { set_quantifier, .. } = query.body.as_ref() {
+            own = own.saturating_add(frame.width);
+            if matches!(
+                set_quantifier,
+                SetQuantifier::ByName | SetQuantifier::AllByName | SetQuantifier::DistinctByName
+            ) {
+                width = frame.width_sum;
+                own = own.saturating_add(
+                    frame
+                        .width_sum
+                        .saturating_mul(frame.width_sum)
+                        .saturating_mul(frame.arms)
+                        / 3,
+                );
+            }
+        }
+        self.charge(own);
+        self.last_width = width;
         let me = query as *const Query;
+        let derived = self.derived.remove(&me);
         match self.frames.last_mut() {
             // A common table expression's body is planned once, and read by
             // name as a table as wide as it.
-            Some(Frame::Query(parent)) => {
-                match parent.bodies.iter().find(|(body, _)| *body == me) {
-                    Some((_, name)) => {
-                        parent.ctes.insert(name.clone(), frame.width);
-                    }
-                    // A parenthesized query in its parent's body (or a set
-                    // operation's side) makes the parent's output.
-                    None => parent.width = parent.width.max(frame.width),
+            Some(Frame::Query(parent)) => match parent.bodies.get(&me) {
+                Some(name) => {
+                    parent.ctes.insert(name.clone(), width);
+                    parent.defined_ctes = parent.defined_ctes.saturating_add(1);
+                    self.visible_ctes = self.visible_ctes.saturating_add(1);
                 }
+                // A parenthesized query in its parent's body (or a set
+                // operation's side) makes the parent's output.
+                None => {
+                    parent.width = parent.width.max(width);
+                    parent.width_sum = parent.width_sum.saturating_add(width);
+                    parent.arms = parent.arms.saturating_add(1);
+                }
+            },
+            // A subquery in an expression: what its names do not find in
+            // it is looked up in the SELECT around it.
+            Some(Frame::Select(outer)) if !derived => {
+                let names = frame.names.saturating_add(frame.body_names);
+                outer.nested_names = outer.nested_names.saturating_add(names);
             }
-            // A derived table (counted when its table factor ends) or a
-            // subquery in an expression (whose width does not matter).
+            // A derived table (counted when its table factor ends).
             Some(Frame::Select(_)) | None => {}
         }
         ControlFlow::Continue(())
@@ -204,6 +322,8 @@ impl Visitor for Walk<'_> {
         self.frames.push(Frame::Select(SelectFrame {
             width_in: 0,
             names: 0,
+            nested_names: 0,
+            nodes: 0,
         }));
         ControlFlow::Continue(())
     }
@@ -220,11 +340,41 @@ impl Visitor for Walk<'_> {
                 _ => 1,
             })
             .fold(0u64, u64::saturating_add);
-        self.work = self
-            .work
-            .saturating_add(cost(frame.names, frame.width_in, width_out));
+        let mut own = cost(frame.names, frame.width_in, width_out)
+            .saturating_add(frame.nested_names.saturating_mul(frame.width_in));
+        let mut items = match &select.group_by {
+            GroupByExpr::Expressions(exprs, _) => exprs.len() as u64,
+            GroupByExpr::All(_) => width_out,
+        };
+        if let Some(Distinct::On(exprs)) = &select.distinct {
+            items = items.saturating_add(exprs.len() as u64);
+        }
+        own = own.saturating_add(items.saturating_mul(frame.nodes).saturating_mul(4));
+        self.charge(own);
+        self.joins(&select.from, frame.width_in);
         if let Some(query) = self.enclosing_query() {
+            if width_out >= query.width {
+                query.projection_nodes = frame.nodes;
+            }
             query.width = query.width.max(width_out);
+            query.width_sum = query.width_sum.saturating_add(width_out);
+            query.arms = query.arms.saturating_add(1);
+            query.body_names = query.body_names.saturating_add(frame.names);
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_table_factor(&mut self, factor: &TableFactor) -> ControlFlow<()> {
+        match factor {
+            TableFactor::UNNEST { .. } => self.unnests.push(0),
+            TableFactor::Derived {
+                lateral: false,
+                subquery,
+                ..
+            } => {
+                self.derived.insert(subquery.as_ref() as *const Query);
+            }
+            _ => {}
         }
         ControlFlow::Continue(())
     }
@@ -234,12 +384,17 @@ impl Visitor for Walk<'_> {
             TableFactor::Table {
                 name, args: None, ..
             } => match (name.0.len(), name.0.last().and_then(|part| part.as_ident())) {
-                (1, Some(ident)) => self.relation_width(&identifier_key(ident)),
+                (1, Some(ident)) => self.relation_width(&normalized_name(ident)),
                 _ => 1,
             },
             TableFactor::Derived { .. } => self.last_width,
             // Its own factors added themselves.
             TableFactor::NestedJoin { .. } => 0,
+            TableFactor::UNNEST { .. } => {
+                let nodes = self.unnests.pop().unwrap_or(0);
+                self.charge(unnest_cost(nodes));
+                1
+            }
             _ => 1,
         };
         if let Some(Frame::Select(select)) = self.frames.last_mut() {
@@ -249,12 +404,28 @@ impl Visitor for Walk<'_> {
     }
 
     fn pre_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
-        if matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_)) {
-            match self.frames.last_mut() {
-                Some(Frame::Select(select)) => select.names = select.names.saturating_add(1),
-                Some(Frame::Query(query)) => query.names = query.names.saturating_add(1),
-                None => {}
+        if let Some(inner) = self.unnests.last_mut() {
+            *inner = inner.saturating_add(1);
+        }
+        if is_unnest(expr) {
+            self.unnests.push(0);
+        }
+        let name = matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+        match self.frames.last_mut() {
+            Some(Frame::Select(select)) => {
+                select.nodes = select.nodes.saturating_add(1);
+                select.names = select.names.saturating_add(name as u64);
             }
+            Some(Frame::Query(query)) => query.names = query.names.saturating_add(name as u64),
+            None => {}
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn post_visit_expr(&mut self, expr: &Expr) -> ControlFlow<()> {
+        if is_unnest(expr) {
+            let nodes = self.unnests.pop().unwrap_or(0);
+            self.charge(unnest_cost(nodes));
         }
         ControlFlow::Continue(())
     }
