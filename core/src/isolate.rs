@@ -445,3 +445,12 @@ where
         }
     }
 }
+
+/// Serializes the tests that leave helpers stuck or abandoned: the helpers
+/// are per process, so one such test could otherwise fill every helper
+/// another one expects to find free (its job then "could not start").
+#[cfg(test)]
+pub(crate) fn exclusive_pool() -> std::sync::MutexGuard<'static, ()> {
+    static POOL: Mutex<()> = Mutex::new(());
+    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

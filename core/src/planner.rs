@@ -437,6 +437,27 @@ struct Provider<'a> {
     instance_only: RefCell<Vec<String>>,
     /// The budget error that stopped planning, if any.
     interrupted: RefCell<Option<Error>>,
+    /// The names of the query's common table expressions: DataFusion asks
+    /// for every relation it reads, a CTE too (and uses the CTE when it
+    /// has one), so a CTE name is no missing view set.
+    ctes: std::collections::HashSet<String>,
+}
+
+/// The names of every common table expression in `query`, at any depth.
+fn cte_names(query: &sqlparser::ast::Query) -> std::collections::HashSet<String> {
+    struct Names(std::collections::HashSet<String>);
+    impl Visitor for Names {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &sqlparser::ast::Query) -> ControlFlow<()> {
+            for cte in query.with.iter().flat_map(|with| with.cte_tables.iter()) {
+                self.0.insert(normalized_name(&cte.alias.name));
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut names = Names(Default::default());
+    let _ = query.visit(&mut names);
+    names.0
 }
 
 fn config() -> &'static ConfigOptions {
@@ -472,7 +493,9 @@ impl ContextProvider for Provider<'_> {
             }
             Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),
             None => {
-                self.missing.borrow_mut().push(table.to_string());
+                if !self.ctes.contains(table.as_ref()) {
+                    self.missing.borrow_mut().push(table.to_string());
+                }
                 plan_err!("table \"{table}\" not found")
             }
         }
@@ -646,6 +669,7 @@ pub fn plan(
         missing: RefCell::new(Vec::new()),
         instance_only: RefCell::new(Vec::new()),
         interrupted: RefCell::new(None),
+        ctes: cte_names(&query),
     };
     isolate::set_phase(option);
     isolate::checkpoint()?;
@@ -770,6 +794,7 @@ pub fn plan_expression(
         missing: RefCell::new(Vec::new()),
         instance_only: RefCell::new(Vec::new()),
         interrupted: RefCell::new(None),
+        ctes: Default::default(),
     };
     crate::functions::take_arg_problem();
     let planned = SqlToRel::new(&provider).sql_to_expr(
