@@ -164,19 +164,7 @@ impl Budget {
             return None;
         }
         if !self.started.load(Ordering::SeqCst) {
-            return Some(
-                Error::new(
-                    ErrorKind::TooComplex,
-                    format!(
-                        "validation could not start within the validation time limit of {} ms",
-                        timeout.as_millis()
-                    ),
-                )
-                .with_detail(format!(
-                    "This session's {MAX_HELPERS} planning threads are all still finishing validations that ran out of time earlier; they stop at their next checkpoint."
-                ))
-                .with_hint("Retry once they have finished, or from another session."),
-            );
+            return Some(could_not_start(timeout));
         }
         let phase = self
             .phase
@@ -204,6 +192,21 @@ impl Budget {
         self.deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
     }
+}
+
+/// A job that found every helper of the process busy with abandoned work.
+fn could_not_start(timeout: Duration) -> Error {
+    Error::new(
+        ErrorKind::TooComplex,
+        format!(
+            "validation could not start within the validation time limit of {} ms",
+            timeout.as_millis()
+        ),
+    )
+    .with_detail(format!(
+        "This session's {MAX_HELPERS} planning threads are all still finishing validations that ran out of time earlier; they stop at their next checkpoint."
+    ))
+    .with_hint("Retry once they have finished, or from another session.")
 }
 
 thread_local! {
@@ -304,15 +307,32 @@ fn spawn_helper() -> Result<Helper> {
     })
 }
 
-fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool>)> {
+/// The helper for a new job, or `None` when a job with a deadline cannot
+/// have one: the current helper is retired and still busy with abandoned
+/// work, and [`MAX_HELPERS`] are alive. A job must never start on a retired
+/// helper (it would run at the lowest priority); one without a deadline (a
+/// re-check) gets a fresh helper even past the cap.
+fn helper_for_new_job(
+    bounded: bool,
+) -> Result<Option<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool>)>> {
     static HELPER: OnceLock<Mutex<Option<Helper>>> = OnceLock::new();
     let slot = HELPER.get_or_init(|| Mutex::new(None));
     let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let replace = match guard.as_ref() {
         None => true,
         Some(h) => {
-            (h.busy.load(Ordering::SeqCst) > 0 || h.retired.load(Ordering::SeqCst))
-                && ALIVE.load(Ordering::SeqCst) < MAX_HELPERS
+            let busy = h.busy.load(Ordering::SeqCst) > 0;
+            let retired = h.retired.load(Ordering::SeqCst);
+            let room = ALIVE.load(Ordering::SeqCst) < MAX_HELPERS;
+            match (retired, busy) {
+                // Idle and retired: it exits as soon as it is replaced.
+                (true, false) => true,
+                (true, true) if !room && bounded => return Ok(None),
+                (true, true) => true,
+                // Busy (only when several threads of one process submit):
+                // a new helper while there is room, else the job waits.
+                (false, busy) => busy && room,
+            }
         }
     };
     if replace {
@@ -321,11 +341,11 @@ fn helper_for_new_job() -> Result<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool
     }
     let helper = guard.as_ref().expect("a helper");
     helper.busy.fetch_add(1, Ordering::SeqCst);
-    Ok((
+    Ok(Some((
         helper.sender.clone(),
         Arc::clone(&helper.busy),
         Arc::clone(&helper.retired),
-    ))
+    )))
 }
 
 /// The text a panic carried (`&str` or `String`), for an error message.
@@ -382,7 +402,9 @@ where
     T: Send + 'static,
 {
     let (reply, answer) = channel::<Result<T>>();
-    let (sender, busy, retired) = helper_for_new_job()?;
+    let Some((sender, busy, retired)) = helper_for_new_job(budget.deadline.is_some())? else {
+        return Err(could_not_start(budget.timeout.unwrap_or_default()));
+    };
     let mut budget = budget;
     budget.runner = Arc::new(Runner {
         tid: Default::default(),
@@ -392,10 +414,6 @@ where
     let done = Arc::clone(&busy);
     let job: Job = Box::new(move || {
         budget.runner.tid.store(current_tid(), Ordering::SeqCst);
-        // A helper demoted while this job waited behind an abandoned one.
-        if budget.runner.retired.load(Ordering::SeqCst) {
-            budget.runner.demote();
-        }
         budget.started.store(true, Ordering::SeqCst);
         BUDGET.with(|b| *b.borrow_mut() = Some(budget));
         let result = match catch_unwind(AssertUnwindSafe(f)) {

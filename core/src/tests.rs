@@ -1392,6 +1392,38 @@ fn column_work_charges_what_else_grows_faster_than_the_text() {
         order.join(", ")
     );
     assert!(column_work_of(&ordered, None) > crate::width::MAX_COLUMN_WORK);
+    // Aggregate and window calls: quadratic in their number per SELECT,
+    // wherever they are (an ORDER BY with 4,000 sums planned for 41 s in a
+    // debug build); 300 in a select list are fine.
+    let sums = |n: usize| (1..=n).map(|i| format!("sum(a + {i})")).collect::<Vec<_>>();
+    let ordered_sums = format!(
+        "SELECT 1 AS one FROM (SELECT 1 AS a) t ORDER BY {}",
+        sums(4000).join(", ")
+    );
+    assert!(column_work_of(&ordered_sums, None) > crate::width::MAX_COLUMN_WORK);
+    let coalesced = format!(
+        "SELECT coalesce({}) AS x FROM (SELECT 1 AS a) t",
+        sums(3000).join(", ")
+    );
+    assert!(column_work_of(&coalesced, None) > crate::width::MAX_COLUMN_WORK);
+    let windows: Vec<String> = (1..=1500)
+        .map(|i| format!("sum(a) OVER (PARTITION BY a + {i})"))
+        .collect();
+    let windowed = format!(
+        "SELECT coalesce({}) AS x FROM (SELECT 1 AS a) t",
+        windows.join(", ")
+    );
+    assert!(column_work_of(&windowed, None) > crate::width::MAX_COLUMN_WORK);
+    let some = format!(
+        "SELECT {} FROM (SELECT 1 AS a) t",
+        sums(300)
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("{s} AS s{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    assert!(column_work_of(&some, None) < 2_000_000);
     // Every query is planned with a copy of the CTEs in scope.
     let ctes: Vec<String> = (0..8000)
         .map(|i| format!("w{i} AS (SELECT 1 AS x)"))
@@ -1472,6 +1504,39 @@ fn a_planning_error_in_a_query_with_a_cte_is_not_blamed_on_the_cte() {
         )]),
         "extract_query reads \"nope\", which is not a known view set"
     );
+}
+
+#[test]
+fn a_new_job_never_starts_on_a_retired_helper() {
+    let _pool = crate::isolate::exclusive_pool();
+    use crate::isolate::{run, run_with, submit, Budget, MAX_HELPERS};
+    use std::time::{Duration, Instant};
+    // Every helper busy with work its caller gave up on.
+    let mut releases = Vec::new();
+    for _ in 0..MAX_HELPERS {
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        releases.push(release);
+        drop(
+            submit(Budget::unlimited(), move || {
+                let _ = stuck.recv();
+                Ok(())
+            })
+            .unwrap(),
+        );
+    }
+    // A validation with a deadline is told at once that it cannot start
+    // (it would otherwise wait, then run at the lowest priority).
+    let started = Instant::now();
+    let e = run_with(Budget::with_timeout(Duration::from_secs(30)), || Ok(1)).unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(25));
+    assert!(e.message.starts_with("validation could not start"), "{e}");
+    // A re-check (no deadline) gets a fresh helper, at the normal priority.
+    // SAFETY: getpriority has no preconditions.
+    let nice = run(|| Ok(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) })).unwrap();
+    assert_eq!(nice, 0);
+    for release in releases {
+        let _ = release.send(());
+    }
 }
 
 #[test]

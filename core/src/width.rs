@@ -22,7 +22,8 @@
 //! USING joins (columns matched across both sides), `unnest` (cubic in the
 //! nodes of its argument: a struct of many fields), ORDER BY, GROUP BY and
 //! DISTINCT ON (each item matched against every expression of the select
-//! list), set operations BY NAME (each arm matched against the columns so
+//! list), aggregate and window calls (quadratic in their number per
+//! SELECT), set operations BY NAME (each arm matched against the columns so
 //! far), every query planned with a copy of the common table expressions
 //! in scope, and names a subquery resolves in the queries around it. One
 //! walk of the tree: linear in the text. It is an estimate, not a proof:
@@ -80,6 +81,10 @@ struct QueryFrame {
     arms: u64,
     /// Expression nodes of the widest arm's select list.
     projection_nodes: u64,
+    /// Aggregate and window calls of its ORDER BY, and the most any SELECT
+    /// of its body has.
+    calls: u64,
+    select_calls: u64,
     /// Names resolved against its output (ORDER BY).
     names: u64,
     /// Names its body's SELECTs resolve (a subquery's may be the outer
@@ -100,6 +105,8 @@ struct SelectFrame {
     nested_names: u64,
     /// All its expression nodes.
     nodes: u64,
+    /// Its aggregate and window calls.
+    calls: u64,
 }
 
 enum Frame {
@@ -144,6 +151,33 @@ fn is_unnest(expr: &Expr) -> bool {
 /// about 2n nodes.
 fn unnest_cost(nodes: u64) -> u64 {
     nodes.saturating_mul(nodes).saturating_mul(nodes) / 64
+}
+
+/// An aggregate or window call: DataFusion collects a SELECT's (its
+/// select list's, HAVING's, ORDER BY's) into lists it searches linearly for
+/// each one, with no checkpoint.
+fn is_aggregate_or_window(expr: &Expr) -> bool {
+    let Expr::Function(f) = expr else {
+        return false;
+    };
+    if f.over.is_some() {
+        return true;
+    }
+    match f.name.0.as_slice() {
+        [part] => part.as_ident().is_some_and(|ident| {
+            crate::functions::registry()
+                .aggregates
+                .contains_key(&normalized_name(ident))
+        }),
+        _ => false,
+    }
+}
+
+/// n aggregate or window calls in one SELECT plan in about 16 n² units
+/// (measured in a debug build: 4,000 in ORDER BY 41 s, 3,000 in the select
+/// list 5.6 s, 1,500 windows 4 s).
+fn call_cost(calls: u64) -> u64 {
+    calls.saturating_mul(calls).saturating_mul(16)
 }
 
 fn join_constraint(operator: &JoinOperator) -> Option<&JoinConstraint> {
@@ -248,6 +282,8 @@ impl Visitor for Walk<'_> {
             names: 0,
             body_names: 0,
             defined_ctes: 0,
+            calls: 0,
+            select_calls: 0,
         }));
         ControlFlow::Continue(())
     }
@@ -268,6 +304,11 @@ impl Visitor for Walk<'_> {
                     .saturating_mul(4),
             );
         }
+        // ORDER BY's aggregates join the select list's (see `call_cost`).
+        own = own.saturating_add(
+            call_cost(frame.calls.saturating_add(frame.select_calls))
+                .saturating_sub(call_cost(frame.select_calls)),
+        );
         let mut width = frame.width;
         if let SetExpr::SetOperation { set_quantifier, .. } = query.body.as_ref() {
             own = own.saturating_add(frame.width);
@@ -324,6 +365,7 @@ impl Visitor for Walk<'_> {
             names: 0,
             nested_names: 0,
             nodes: 0,
+            calls: 0,
         }));
         ControlFlow::Continue(())
     }
@@ -350,6 +392,7 @@ impl Visitor for Walk<'_> {
             items = items.saturating_add(exprs.len() as u64);
         }
         own = own.saturating_add(items.saturating_mul(frame.nodes).saturating_mul(4));
+        own = own.saturating_add(call_cost(frame.calls));
         self.charge(own);
         self.joins(&select.from, frame.width_in);
         if let Some(query) = self.enclosing_query() {
@@ -360,6 +403,7 @@ impl Visitor for Walk<'_> {
             query.width_sum = query.width_sum.saturating_add(width_out);
             query.arms = query.arms.saturating_add(1);
             query.body_names = query.body_names.saturating_add(frame.names);
+            query.select_calls = query.select_calls.max(frame.calls);
         }
         ControlFlow::Continue(())
     }
@@ -411,12 +455,17 @@ impl Visitor for Walk<'_> {
             self.unnests.push(0);
         }
         let name = matches!(expr, Expr::Identifier(_) | Expr::CompoundIdentifier(_));
+        let call = is_aggregate_or_window(expr) as u64;
         match self.frames.last_mut() {
             Some(Frame::Select(select)) => {
                 select.nodes = select.nodes.saturating_add(1);
                 select.names = select.names.saturating_add(name as u64);
+                select.calls = select.calls.saturating_add(call);
             }
-            Some(Frame::Query(query)) => query.names = query.names.saturating_add(name as u64),
+            Some(Frame::Query(query)) => {
+                query.names = query.names.saturating_add(name as u64);
+                query.calls = query.calls.saturating_add(call);
+            }
             None => {}
         }
         ControlFlow::Continue(())
