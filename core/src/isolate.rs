@@ -310,8 +310,9 @@ fn spawn_helper() -> Result<Helper> {
 /// The helper for a new job, or `None` when a job with a deadline cannot
 /// have one: the current helper is retired and still busy with abandoned
 /// work, and [`MAX_HELPERS`] are alive. A job must never start on a retired
-/// helper (it would run at the lowest priority); one without a deadline (a
-/// re-check) gets a fresh helper even past the cap.
+/// helper (it would run at the lowest priority); one without a deadline
+/// (tests, fuzzing; every validation of the extension, a re-check too, has
+/// one) gets a fresh helper even past the cap.
 fn helper_for_new_job(
     bounded: bool,
 ) -> Result<Option<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool>)>> {

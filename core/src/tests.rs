@@ -1530,7 +1530,8 @@ fn a_new_job_never_starts_on_a_retired_helper() {
     let e = run_with(Budget::with_timeout(Duration::from_secs(30)), || Ok(1)).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(25));
     assert!(e.message.starts_with("validation could not start"), "{e}");
-    // A re-check (no deadline) gets a fresh helper, at the normal priority.
+    // A job without a deadline (tests, fuzzing) gets a fresh helper, at
+    // the normal priority.
     // SAFETY: getpriority has no preconditions.
     let nice = run(|| Ok(unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) })).unwrap();
     assert_eq!(nice, 0);
