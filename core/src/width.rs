@@ -5,7 +5,7 @@
 //! to, by a linear search of the columns in scope, and checks each output
 //! column against the others: a SELECT costs about (names it resolves +
 //! output columns) × (columns in scope + output columns). That is quadratic
-//! in the width, with no call back into us while it runs, so a few hundred
+//! in the width, with no checkpoint inside, so a few hundred
 //! kilobytes of `SELECT *` nested over thousands of columns keep a planning
 //! thread busy for minutes — past the validation time limit, which can only
 //! answer the caller, not stop the thread. This module sums that product
@@ -25,9 +25,10 @@
 //! list), aggregate and window calls (quadratic in their number per
 //! SELECT), set operations BY NAME (each arm matched against the columns so
 //! far), every query planned with a copy of the common table expressions
-//! in scope, and names a subquery resolves in the queries around it. One
+//! in scope, and names a subquery resolves in the SELECT around it. One
 //! walk of the tree: linear in the text. It is an estimate, not a proof:
-//! abandoned work it misses runs at the lowest CPU priority (isolate.rs).
+//! what it misses meets the expression planner's checkpoint (functions.rs)
+//! and, once abandoned, runs at the lowest CPU priority (isolate.rs).
 
 use crate::catalog::{normalized_name, Catalog};
 use sqlparser::ast::{
