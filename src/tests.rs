@@ -108,4 +108,55 @@ mod tests {
             .execute();
         assert!(!result);
     }
+
+    /// A validation cut by its time limit leaves its planning thread at the
+    /// lowest CPU priority (nice 19), through the shell's own wait loop:
+    /// the thread stays niced (and retired) after its work ends.
+    #[pg_test]
+    fn abandoned_planning_runs_at_the_lowest_priority() {
+        let niced = || -> usize {
+            std::fs::read_dir("/proc/self/task")
+                .unwrap()
+                .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("stat")).ok())
+                .filter(|stat| {
+                    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+                    rest.split(' ').nth(16) == Some("19")
+                })
+                .count()
+        };
+        let before = niced();
+        // Chained CTEs each read twice: about 7 x 2^14 nodes, seconds of
+        // planning, under a raised node limit and a 50 ms time limit.
+        let mut chain = String::from(
+            "WITH c0 AS (SELECT date_bin(''1 minute'', time) AS time_bin, process_id FROM log_entries)",
+        );
+        for i in 1..=14 {
+            chain.push_str(&format!(
+                ", c{i} AS (SELECT * FROM c{p} UNION ALL SELECT * FROM c{p})",
+                p = i - 1
+            ));
+        }
+        chain.push_str(" SELECT * FROM c14");
+        Spi::run("SET LOCAL micromegas_views.max_plan_nodes = 250000").unwrap();
+        Spi::run("SET LOCAL micromegas_views.validation_timeout = '50ms'").unwrap();
+        let statement = format!(
+            "SELECT * FROM micromegas._mm_prepare_definition('x', NULL, '{chain}', \
+             'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''', \
+             'SELECT * FROM {{source}}', 9000, '{{\"time_column\": \"time_bin\"}}', false)"
+        );
+        let message = PgTryBuilder::new(|| {
+            Spi::run(&statement).unwrap();
+            None
+        })
+        .catch_others(|e| match e {
+            pg_sys::panic::CaughtError::PostgresError(report) => Some(report.message().to_string()),
+            other => panic!("unexpected error: {other:?}"),
+        })
+        .execute();
+        assert!(
+            message.as_deref() == Some("extract_query exceeded the validation time limit of 50 ms"),
+            "{message:?}"
+        );
+        assert!(niced() >= 1, "no niced thread (before: {before})");
+    }
 }
