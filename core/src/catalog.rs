@@ -18,6 +18,22 @@ pub fn normalized_name(ident: &sqlparser::ast::Ident) -> String {
     }
 }
 
+/// The common table expressions `query` defines itself (not those of its
+/// subqueries): each body's identity and the name a reference reads it by.
+pub fn cte_bodies(query: &sqlparser::ast::Query) -> HashMap<*const sqlparser::ast::Query, String> {
+    query
+        .with
+        .iter()
+        .flat_map(|with| with.cte_tables.iter())
+        .map(|cte| {
+            (
+                cte.query.as_ref() as *const _,
+                normalized_name(&cte.alias.name),
+            )
+        })
+        .collect()
+}
+
 /// How the daemon treats a view set as a source.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -6,12 +6,15 @@
 //! The registry never changes, so it is built once per process (per backend).
 
 use arrow_schema::{DataType, Field, Fields};
-use datafusion_common::{not_impl_err, plan_err, Result as DfResult};
+use datafusion_common::DFSchema;
+use datafusion_common::{not_impl_err, plan_err, DataFusionError, Result as DfResult};
 use datafusion_expr::function::AccumulatorArgs;
-use datafusion_expr::planner::ExprPlanner;
+use datafusion_expr::planner::{
+    ExprPlanner, PlannerResult, RawAggregateExpr, RawBinaryExpr, RawFieldAccessExpr, RawWindowExpr,
+};
 use datafusion_expr::{
-    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, HigherOrderUDF, ScalarFunctionArgs,
-    ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowUDF,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Expr, HigherOrderUDF,
+    ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, WindowUDF,
 };
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -393,67 +396,54 @@ fn micromegas_aggregates() -> Vec<Arc<AggregateUDF>> {
 struct Checkpoint;
 
 fn budget_left() -> DfResult<()> {
-    crate::isolate::checkpoint()
-        .map_err(|e| datafusion_common::DataFusionError::External(Box::new(e)))
+    crate::isolate::checkpoint().map_err(|e| DataFusionError::External(Box::new(e)))
 }
 
 impl ExprPlanner for Checkpoint {
     fn plan_binary_op(
         &self,
-        expr: datafusion_expr::planner::RawBinaryExpr,
-        _schema: &datafusion_common::DFSchema,
-    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawBinaryExpr>>
-    {
+        expr: RawBinaryExpr,
+        _schema: &DFSchema,
+    ) -> DfResult<PlannerResult<RawBinaryExpr>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+        Ok(PlannerResult::Original(expr))
     }
 
     fn plan_field_access(
         &self,
-        expr: datafusion_expr::planner::RawFieldAccessExpr,
-        _schema: &datafusion_common::DFSchema,
-    ) -> DfResult<
-        datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawFieldAccessExpr>,
-    > {
+        expr: RawFieldAccessExpr,
+        _schema: &DFSchema,
+    ) -> DfResult<PlannerResult<RawFieldAccessExpr>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+        Ok(PlannerResult::Original(expr))
     }
 
     fn plan_array_literal(
         &self,
-        exprs: Vec<datafusion_expr::Expr>,
-        _schema: &datafusion_common::DFSchema,
-    ) -> DfResult<datafusion_expr::planner::PlannerResult<Vec<datafusion_expr::Expr>>> {
+        exprs: Vec<Expr>,
+        _schema: &DFSchema,
+    ) -> DfResult<PlannerResult<Vec<Expr>>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(exprs))
+        Ok(PlannerResult::Original(exprs))
     }
 
     fn plan_struct_literal(
         &self,
-        args: Vec<datafusion_expr::Expr>,
-        is_named_struct: bool,
-    ) -> DfResult<datafusion_expr::planner::PlannerResult<Vec<datafusion_expr::Expr>>> {
-        let _ = is_named_struct;
+        args: Vec<Expr>,
+        _is_named_struct: bool,
+    ) -> DfResult<PlannerResult<Vec<Expr>>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(args))
+        Ok(PlannerResult::Original(args))
     }
 
-    fn plan_aggregate(
-        &self,
-        expr: datafusion_expr::planner::RawAggregateExpr,
-    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawAggregateExpr>>
-    {
+    fn plan_aggregate(&self, expr: RawAggregateExpr) -> DfResult<PlannerResult<RawAggregateExpr>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+        Ok(PlannerResult::Original(expr))
     }
 
-    fn plan_window(
-        &self,
-        expr: datafusion_expr::planner::RawWindowExpr,
-    ) -> DfResult<datafusion_expr::planner::PlannerResult<datafusion_expr::planner::RawWindowExpr>>
-    {
+    fn plan_window(&self, expr: RawWindowExpr) -> DfResult<PlannerResult<RawWindowExpr>> {
         budget_left()?;
-        Ok(datafusion_expr::planner::PlannerResult::Original(expr))
+        Ok(PlannerResult::Original(expr))
     }
 }
 
@@ -461,7 +451,6 @@ impl ExprPlanner for Checkpoint {
 mod tests {
     use super::*;
     use crate::isolate::{run_with, Budget};
-    use datafusion_expr::planner::{PlannerResult, RawBinaryExpr};
     use std::time::Duration;
 
     /// DataFusion asks the registry's expression planners in order: the
@@ -477,14 +466,14 @@ mod tests {
             left: datafusion_expr::lit(1),
             right: datafusion_expr::lit(1),
         };
-        let schema = datafusion_common::DFSchema::empty();
+        let schema = DFSchema::empty();
         assert!(matches!(
             Checkpoint.plan_binary_op(raw(), &schema),
             Ok(PlannerResult::Original(_))
         ));
         let (tx, rx) = std::sync::mpsc::channel();
         let _ = run_with(Budget::with_timeout(Duration::ZERO), move || {
-            let planned = Checkpoint.plan_binary_op(raw(), &datafusion_common::DFSchema::empty());
+            let planned = Checkpoint.plan_binary_op(raw(), &DFSchema::empty());
             tx.send(planned.err().map(|e| e.to_string())).unwrap();
             Ok(())
         });

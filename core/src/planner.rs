@@ -2,7 +2,7 @@
 //! `ContextProvider` seam of `datafusion-sql`. Planning is synchronous and
 //! never executes anything.
 
-use crate::catalog::{normalized_name, Catalog, CatalogEntry, SourceKind};
+use crate::catalog::{cte_bodies, normalized_name, Catalog, CatalogEntry, SourceKind};
 use crate::error::{Error, Result};
 use crate::functions::{registry, FunctionRegistry};
 use crate::isolate;
@@ -324,20 +324,9 @@ impl Visitor for Estimate {
                 _ => weight = weight.saturating_add(1),
             }
         }
-        let bodies = query
-            .with
-            .iter()
-            .flat_map(|with| with.cte_tables.iter())
-            .map(|cte| {
-                (
-                    cte.query.as_ref() as *const _,
-                    normalized_name(&cte.alias.name),
-                )
-            })
-            .collect();
         self.frames.push(Frame {
             weight,
-            bodies,
+            bodies: cte_bodies(query),
             ctes: Default::default(),
         });
         ControlFlow::Continue(())
@@ -449,9 +438,7 @@ fn cte_names(query: &sqlparser::ast::Query) -> std::collections::HashSet<String>
     impl Visitor for Names {
         type Break = ();
         fn pre_visit_query(&mut self, query: &sqlparser::ast::Query) -> ControlFlow<()> {
-            for cte in query.with.iter().flat_map(|with| with.cte_tables.iter()) {
-                self.0.insert(normalized_name(&cte.alias.name));
-            }
+            self.0.extend(cte_bodies(query).into_values());
             ControlFlow::Continue(())
         }
     }
