@@ -1,11 +1,13 @@
 //! A snapshot of the view sets a definition may read, built by the caller
-//! from the tables for one validation and passed down — never global state.
+//! from the tables for one validation and passed down — never global state
+//! (only the decoding of a stored schema is remembered, keyed by its bytes).
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::schema;
 use arrow_schema::SchemaRef;
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
 
 /// A relation name as DataFusion looks it up: quoted as written, unquoted
 /// folded to lower case — ASCII letters only, as DataFusion folds them (a
@@ -98,7 +100,7 @@ impl Catalog {
         let mut entries = Vec::with_capacity(rows.len());
         for row in rows {
             let schema = match &row.schema_ipc {
-                Some(ipc) => schema::from_ipc_base64(ipc).map_err(|e| {
+                Some(ipc) => decoded_schema(ipc).map_err(|e| {
                     Error::new(
                         ErrorKind::InvalidSchema,
                         format!("stored schema of view set \"{}\" cannot be read", row.name),
@@ -124,5 +126,63 @@ impl Catalog {
 
     pub fn insert(&mut self, entry: CatalogEntry) {
         self.entries.insert(entry.name.clone(), entry);
+    }
+}
+
+/// How many decoded stored schemas [`decoded_schema`] remembers, and the
+/// largest it remembers (a built-in's is a few KiB).
+const DECODED_SCHEMAS: usize = 32;
+const MAX_DECODED_TEXT: usize = 64 * 1024;
+
+/// `schema::from_ipc_base64(ipc)`, remembered for the last few stored
+/// schemas: most definitions read the same few built-ins, and decoding
+/// their IPC at every write was 2% of a validation. Keyed by the text
+/// itself, so a changed schema is a different entry.
+fn decoded_schema(ipc: &str) -> Result<SchemaRef> {
+    static DECODED: Mutex<VecDeque<(String, SchemaRef)>> = Mutex::new(VecDeque::new());
+    let found = DECODED
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(text, _)| text == ipc)
+        .map(|(_, schema)| schema.clone());
+    if let Some(schema) = found {
+        return Ok(schema);
+    }
+    let schema = schema::from_ipc_base64(ipc)?;
+    if ipc.len() > MAX_DECODED_TEXT {
+        return Ok(schema);
+    }
+    let mut decoded = DECODED.lock().unwrap_or_else(|p| p.into_inner());
+    if decoded.len() == DECODED_SCHEMAS {
+        decoded.pop_front();
+    }
+    decoded.push_back((ipc.to_string(), schema.clone()));
+    Ok(schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(schema: &arrow_schema::Schema) -> CatalogRow {
+        CatalogRow {
+            name: "s".into(),
+            schema_ipc: Some(schema::to_ipc_base64(schema).unwrap()),
+            update_group: None,
+            kind: SourceKind::Raw,
+            load_error: None,
+        }
+    }
+
+    #[test]
+    fn a_remembered_decoding_follows_the_stored_bytes() {
+        use arrow_schema::{DataType, Field, Schema};
+        let before = Schema::new(vec![Field::new("a", DataType::Int64, false)]);
+        let after = Schema::new(vec![Field::new("a", DataType::Utf8, true)]);
+        for schema in [&before, &after, &before] {
+            let catalog = Catalog::from_rows(&[row(schema)]).unwrap();
+            assert_eq!(catalog.get("s").unwrap().schema.as_ref(), schema);
+        }
     }
 }

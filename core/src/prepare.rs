@@ -153,8 +153,11 @@ pub fn derive(row: RowInput) -> Result<Derived> {
     let (mentioned, parse_error) = match checks::parse_queries(&definition) {
         Err(e) if e.kind != ErrorKind::InvalidDefinition => return Err(e),
         Err(e) => (Vec::new(), Some(e)),
-        // The trees are dropped here, on the planning thread.
-        Ok(parsed) => (checks::mentioned_relations(&parsed), None),
+        Ok(parsed) => {
+            let mentioned = checks::mentioned_relations(&parsed);
+            kept::keep(&definition, parsed);
+            (mentioned, None)
+        }
     };
     Ok(Derived {
         definition,
@@ -178,10 +181,10 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .clone()
         .unwrap_or_else(|| definition.render(false));
     let catalog = Catalog::from_rows(rows)?;
-    // Parsed again, here on the planning thread (see `Derived::parse_error`).
+    // The trees `derive` kept, or parsed again (see `Derived::parse_error`).
     let parsed = match &derived.parse_error {
         Some(e) => Err(e.clone()),
-        None => checks::parse_queries(definition),
+        None => kept::take(definition).map_or_else(|| checks::parse_queries(definition), Ok),
     };
     let validated = parsed.and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
     let (schema, reads, load_error, findings) = match validated {
@@ -205,6 +208,70 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         load_error,
         warnings: serde_json::to_value(findings).expect("findings serialize"),
     })
+}
+
+/// The parsed queries of the last definition [`derive`] read on this
+/// thread, for the [`prepare`] that follows it (the caller's catalog
+/// look-up sits between the two, on the backend's thread): parsing is a
+/// fifth of a validation, and was done twice.
+///
+/// The trees never reach the backend's thread (see `Derived::parse_error`):
+/// in the extension both functions run on a planning thread, and the slot
+/// is that thread's, so a tree is only ever dropped there — replaced by the
+/// next `derive`, consumed by planning, or when the thread ends. `take`
+/// hands them out only for exactly the query texts they were parsed from
+/// (parsing depends on nothing else); anything else, or a `prepare` on
+/// another helper, parses again. Only small definitions are kept, so what a
+/// planning thread holds between two writes stays small.
+mod kept {
+    use crate::checks::ParsedQueries;
+    use crate::options::Definition;
+    use std::cell::RefCell;
+
+    /// The largest total query text whose trees are kept.
+    pub const MAX_KEPT_TEXT: usize = 64 * 1024;
+
+    type Texts = [String; 3];
+
+    thread_local! {
+        static SLOT: RefCell<Option<(Texts, ParsedQueries)>> = const { RefCell::new(None) };
+    }
+
+    fn texts(definition: &Definition) -> Option<Texts> {
+        let texts = [
+            &definition.extract_query,
+            &definition.count_src_query,
+            &definition.merge_partitions_query,
+        ];
+        let size: usize = texts.iter().map(|t| t.len()).sum();
+        (size <= MAX_KEPT_TEXT).then(|| texts.map(|t| t.clone()))
+    }
+
+    pub fn keep(definition: &Definition, parsed: ParsedQueries) {
+        let entry = texts(definition).map(|texts| (texts, parsed));
+        // The previous trees (or these, when too big) are dropped here.
+        drop(SLOT.replace(entry));
+    }
+
+    pub fn take(definition: &Definition) -> Option<ParsedQueries> {
+        let wanted = texts(definition)?;
+        SLOT.with_borrow_mut(|slot| {
+            if slot.as_ref().is_some_and(|(texts, _)| *texts == wanted) {
+                slot.take().map(|(_, parsed)| parsed)
+            } else {
+                None
+            }
+        })
+    }
+
+    #[cfg(test)]
+    pub fn holds(definition: &Definition) -> bool {
+        let wanted = texts(definition);
+        SLOT.with_borrow(|slot| {
+            slot.as_ref()
+                .is_some_and(|(texts, _)| Some(texts) == wanted.as_ref())
+        })
+    }
 }
 
 #[cfg(test)]
@@ -289,6 +356,67 @@ mod tests {
             e.message,
             "definition_sql does not match the row's columns for \"log_stats\""
         );
+    }
+
+    /// A shipped built-in, as its row stores it.
+    fn builtin_row(name: &str) -> CatalogRow {
+        let all = crate::builtins::builtins();
+        let row = all
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["view_set_name"] == name)
+            .unwrap();
+        let schema = schema::from_json(&row["schema"]).unwrap();
+        CatalogRow {
+            name: name.into(),
+            schema_ipc: Some(schema::to_ipc_base64(&schema).unwrap()),
+            update_group: None,
+            kind: SourceKind::Raw,
+            load_error: None,
+        }
+    }
+
+    fn derived(text: &str) -> Derived {
+        derive(RowInput {
+            definition_sql: Some(text.into()),
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn prepare_plans_the_trees_derive_parsed_and_keeps_none() {
+        let first = derived(LOG_STATS_SQL);
+        assert!(kept::holds(&first.definition));
+        // Another derive replaces them: the first definition parses again.
+        let other = LOG_STATS_SQL
+            .replace("log_stats", "other")
+            .replace("count(*)", "count(1)");
+        let second = derived(&other);
+        assert!(!kept::holds(&first.definition));
+        assert!(kept::holds(&second.definition));
+        let rows = [builtin_row("log_entries"), builtin_row("blocks")];
+        let parsed_again = prepare(&first, &rows, false).unwrap();
+        assert!(
+            kept::holds(&second.definition),
+            "a miss leaves the slot alone"
+        );
+        // With the kept trees: the same answer, and the slot is empty after.
+        let first_again = derived(LOG_STATS_SQL);
+        assert!(kept::holds(&first_again.definition));
+        let from_kept = prepare(&first_again, &rows, false).unwrap();
+        assert!(!kept::holds(&first_again.definition));
+        assert_eq!(from_kept, parsed_again);
+    }
+
+    #[test]
+    fn big_definitions_are_not_kept() {
+        let padding = format!("/*{}*/", "x".repeat(kept::MAX_KEPT_TEXT));
+        let text = LOG_STATS_SQL.replacen("SELECT", &format!("SELECT {padding}"), 1);
+        let big = derived(&text);
+        assert!(big.definition.extract_query.len() > kept::MAX_KEPT_TEXT);
+        assert!(!kept::holds(&big.definition));
     }
 
     #[test]
