@@ -1,7 +1,8 @@
 //! What validating one definition costs in-process, without Postgres: the
 //! floor under `mm_create_view`'s planning (issue #28). Each call validates
-//! a distinct log_stats-like definition (a literal differs), so nothing is
-//! remembered between calls.
+//! a distinct log_stats-like definition (a literal differs), so no answer is
+//! remembered between calls (the decoded built-in schemas are, as in a
+//! backend; MODE=validate uses a catalog built once and decodes nothing).
 //!
 //!     cargo run --release -p micromegas_views_core --example plan_time
 //!

@@ -138,16 +138,18 @@ const MAX_DECODED_TEXT: usize = 64 * 1024;
 /// schemas: most definitions read the same few built-ins, and decoding
 /// their IPC at every write was 2% of a validation. Keyed by the text
 /// itself, so a changed schema is a different entry.
+static DECODED: Mutex<VecDeque<(String, SchemaRef)>> = Mutex::new(VecDeque::new());
+
 fn decoded_schema(ipc: &str) -> Result<SchemaRef> {
-    static DECODED: Mutex<VecDeque<(String, SchemaRef)>> = Mutex::new(VecDeque::new());
-    let found = DECODED
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .iter()
-        .find(|(text, _)| text == ipc)
-        .map(|(_, schema)| schema.clone());
-    if let Some(schema) = found {
-        return Ok(schema);
+    {
+        let mut decoded = DECODED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(at) = decoded.iter().position(|(text, _)| text == ipc) {
+            // The most recently used last: what many writes read stays.
+            let entry = decoded.remove(at).expect("found");
+            let schema = entry.1.clone();
+            decoded.push_back(entry);
+            return Ok(schema);
+        }
     }
     let schema = schema::from_ipc_base64(ipc)?;
     if ipc.len() > MAX_DECODED_TEXT {
@@ -164,6 +166,7 @@ fn decoded_schema(ipc: &str) -> Result<SchemaRef> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn row(schema: &arrow_schema::Schema) -> CatalogRow {
         CatalogRow {
@@ -184,5 +187,17 @@ mod tests {
             let catalog = Catalog::from_rows(&[row(schema)]).unwrap();
             assert_eq!(catalog.get("s").unwrap().schema.as_ref(), schema);
         }
+        // Decoded once: the same bytes give the same schema back.
+        let stored = row(&before).schema_ipc.unwrap();
+        let first = decoded_schema(&stored).unwrap();
+        assert!(Arc::ptr_eq(&first, &decoded_schema(&stored).unwrap()));
+    }
+
+    #[test]
+    fn a_schema_that_does_not_decode_is_not_remembered() {
+        let bad = "bm90IGFuIElQQyBzY2hlbWE="; // base64, not Arrow IPC
+        assert!(decoded_schema(bad).is_err());
+        let decoded = DECODED.lock().unwrap();
+        assert!(!decoded.iter().any(|(text, _)| text == bad));
     }
 }

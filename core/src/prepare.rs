@@ -36,12 +36,12 @@ pub struct Derived {
     pub mentioned: Vec<String>,
     /// Why the queries do not parse, if they do not: a definition error,
     /// reported by [`prepare`] (where a restored row may be kept as failed
-    /// instead). The parsed trees themselves are not kept: a `Derived`
+    /// instead). The parsed trees themselves are not in a `Derived`: it
     /// goes back to the backend's thread, whose stack is Postgres' (8 MB,
     /// not checked by `max_stack_depth` for Rust frames), and cloning or
     /// dropping a deep tree there recurses as deep as the tree (a UNION ALL
-    /// of a thousand arms overflowed it). [`prepare`] parses again on the
-    /// planning thread, where the trees are built, used and dropped.
+    /// of a thousand arms overflowed it). They stay on the planning thread
+    /// (`kept`), where [`prepare`] takes them or parses again.
     pub parse_error: Option<Error>,
 }
 
@@ -180,11 +180,13 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         .statement
         .clone()
         .unwrap_or_else(|| definition.render(false));
+    // The trees `derive` kept (taken first: whatever fails below, they do
+    // not outlive this write), or parsed again (see `Derived::parse_error`).
+    let kept = kept::take(definition);
     let catalog = Catalog::from_rows(rows)?;
-    // The trees `derive` kept, or parsed again (see `Derived::parse_error`).
     let parsed = match &derived.parse_error {
         Some(e) => Err(e.clone()),
-        None => kept::take(definition).map_or_else(|| checks::parse_queries(definition), Ok),
+        None => kept.map_or_else(|| checks::parse_queries(definition), Ok),
     };
     let validated = parsed.and_then(|parsed| checks::validate_parsed(definition, parsed, &catalog));
     let (schema, reads, load_error, findings) = match validated {
@@ -212,7 +214,7 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
 
 /// The parsed queries of the last definition [`derive`] read on this
 /// thread, for the [`prepare`] that follows it (the caller's catalog
-/// look-up sits between the two, on the backend's thread): parsing is a
+/// look-up sits between the two, on the backend's thread): parsing was a
 /// fifth of a validation, and was done twice.
 ///
 /// The trees never reach the backend's thread (see `Derived::parse_error`):
@@ -220,43 +222,52 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
 /// is that thread's, so a tree is only ever dropped there — replaced by the
 /// next `derive`, consumed by planning, or when the thread ends. `take`
 /// hands them out only for exactly the query texts they were parsed from
-/// (parsing depends on nothing else); anything else, or a `prepare` on
-/// another helper, parses again. Only small definitions are kept, so what a
-/// planning thread holds between two writes stays small.
+/// (parsing depends on nothing else: the limits and the denied functions
+/// are constants); anything else, or a `prepare` on another helper, parses
+/// again. When no `prepare` follows (the backend remembered the answer, or
+/// the write failed in between), the trees stay until the next `derive` on
+/// that thread: only definitions of at most [`MAX_KEPT_TEXT`] bytes of
+/// query text are kept (a tree is at most a few hundred bytes per byte of
+/// text: a few MB, at most one per planning thread of the backend).
 mod kept {
     use crate::checks::ParsedQueries;
     use crate::options::Definition;
     use std::cell::RefCell;
 
-    /// The largest total query text whose trees are kept.
-    pub const MAX_KEPT_TEXT: usize = 64 * 1024;
-
-    type Texts = [String; 3];
+    /// The largest total query text whose trees are kept (a definition is
+    /// typically 1 KiB).
+    pub const MAX_KEPT_TEXT: usize = 16 * 1024;
 
     thread_local! {
-        static SLOT: RefCell<Option<(Texts, ParsedQueries)>> = const { RefCell::new(None) };
+        static SLOT: RefCell<Option<([String; 3], ParsedQueries)>> = const { RefCell::new(None) };
     }
 
-    fn texts(definition: &Definition) -> Option<Texts> {
-        let texts = [
+    fn texts(definition: &Definition) -> [&String; 3] {
+        [
             &definition.extract_query,
             &definition.count_src_query,
             &definition.merge_partitions_query,
-        ];
-        let size: usize = texts.iter().map(|t| t.len()).sum();
-        (size <= MAX_KEPT_TEXT).then(|| texts.map(|t| t.clone()))
+        ]
+    }
+
+    fn small(texts: &[&String; 3]) -> bool {
+        texts.iter().map(|t| t.len()).sum::<usize>() <= MAX_KEPT_TEXT
     }
 
     pub fn keep(definition: &Definition, parsed: ParsedQueries) {
-        let entry = texts(definition).map(|texts| (texts, parsed));
+        let texts = texts(definition);
+        let entry = small(&texts).then(|| (texts.map(|t| t.clone()), parsed));
         // The previous trees (or these, when too big) are dropped here.
         drop(SLOT.replace(entry));
     }
 
     pub fn take(definition: &Definition) -> Option<ParsedQueries> {
-        let wanted = texts(definition)?;
+        let wanted = texts(definition);
         SLOT.with_borrow_mut(|slot| {
-            if slot.as_ref().is_some_and(|(texts, _)| *texts == wanted) {
+            let matches = slot
+                .as_ref()
+                .is_some_and(|(texts, _)| texts.iter().eq(wanted.iter().copied()));
+            if matches {
                 slot.take().map(|(_, parsed)| parsed)
             } else {
                 None
@@ -264,13 +275,15 @@ mod kept {
         })
     }
 
+    /// What the slot holds trees for (tests).
+    #[cfg(test)]
+    pub fn held() -> Option<[String; 3]> {
+        SLOT.with_borrow(|slot| slot.as_ref().map(|(texts, _)| texts.clone()))
+    }
+
     #[cfg(test)]
     pub fn holds(definition: &Definition) -> bool {
-        let wanted = texts(definition);
-        SLOT.with_borrow(|slot| {
-            slot.as_ref()
-                .is_some_and(|(texts, _)| Some(texts) == wanted.as_ref())
-        })
+        held().is_some_and(|texts| texts.iter().eq(self::texts(definition)))
     }
 }
 
@@ -412,11 +425,27 @@ mod tests {
 
     #[test]
     fn big_definitions_are_not_kept() {
+        let small = derived(LOG_STATS_SQL);
+        assert!(kept::holds(&small.definition));
         let padding = format!("/*{}*/", "x".repeat(kept::MAX_KEPT_TEXT));
         let text = LOG_STATS_SQL.replacen("SELECT", &format!("SELECT {padding}"), 1);
         let big = derived(&text);
         assert!(big.definition.extract_query.len() > kept::MAX_KEPT_TEXT);
-        assert!(!kept::holds(&big.definition));
+        // Neither the big trees nor the previous ones are held.
+        assert_eq!(kept::held(), None);
+        // The big one is parsed again, and validates the same.
+        let rows = [builtin_row("log_entries"), builtin_row("blocks")];
+        prepare(&big, &rows, false).unwrap();
+    }
+
+    #[test]
+    fn a_failed_write_does_not_leave_its_trees() {
+        let d = derived(LOG_STATS_SQL);
+        assert!(kept::holds(&d.definition));
+        let mut broken = builtin_row("blocks");
+        broken.schema_ipc = Some("not base64!".into());
+        prepare(&d, &[builtin_row("log_entries"), broken], false).unwrap_err();
+        assert_eq!(kept::held(), None);
     }
 
     #[test]
