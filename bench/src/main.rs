@@ -211,14 +211,19 @@ async fn main() {
     // within each, the extension and its native baseline alternate.
     let repeats = env("MMV_BENCH_REPEATS", 3).max(3);
     let mut runs: Vec<Vec<Row>> = Vec::new();
-    // MMV_BENCH_ONLY=deny or jobs: the deny list's rows, or the job
-    // queue's, alone.
+    // MMV_BENCH_ONLY=create, deny or jobs: the definition writes' rows, the
+    // deny list's, or the job queue's, alone.
     let only = std::env::var("MMV_BENCH_ONLY").ok();
     for _ in 0..repeats {
         match only.as_deref() {
             Some("deny") => runs.push(deny_rows(&connect(&dsn).await, rounds).await),
             Some("jobs") => runs.push(job_rows(&dsn, rounds).await),
-            Some(other) => panic!("MMV_BENCH_ONLY is deny or jobs, not {other}"),
+            Some("create") => {
+                let client = connect(&dsn).await;
+                reset_for_creates(&client).await;
+                runs.push(create_rows(&client, rounds).await)
+            }
+            Some(other) => panic!("MMV_BENCH_ONLY is create, deny or jobs, not {other}"),
             None => runs.push(one_run(&dsn, rounds).await),
         }
     }
@@ -264,11 +269,8 @@ async fn main() {
     }
 }
 
-/// One full run of every measurement: each row holds the extension's figure
-/// and its native baseline, measured one after the other.
-async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
-    let dsn = dsn.to_string();
-    let client = connect(&dsn).await;
+/// The tables and clean slate every CREATE row starts from.
+async fn reset_for_creates(client: &Client) {
     // Each repetition starts from the same table: the previous one's 10,000
     // filler rows are dead tuples until vacuumed.
     client
@@ -287,8 +289,12 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
         )
         .await
         .unwrap();
-    let mut rows = Vec::new();
+}
 
+/// Section 1: CREATE / REPLACE / DROP and the validation alone, each beside
+/// its native baseline (`MMV_BENCH_ONLY=create` runs just these).
+async fn create_rows(client: &Client, rounds: usize) -> Vec<Row> {
+    let mut rows = Vec::new();
     // 1. CREATE / REPLACE / DROP against native views.
     let names: Vec<String> = (0..rounds).map(|i| format!("bench_{i}")).collect();
     let creates: Vec<String> = names
@@ -340,8 +346,8 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
         ),
         ("mm_drop_view", &drops, &native_drops, "DROP VIEW"),
     ] {
-        let mut a = time_each(&client, ours).await;
-        let mut b = time_each(&client, native).await;
+        let mut a = time_each(client, ours).await;
+        let mut b = time_each(client, native).await;
         for (p, label) in [(0.5, "p50"), (0.99, "p99")] {
             rows.push(Row {
                 what: format!("{what} {label}"),
@@ -352,6 +358,40 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
             });
         }
     }
+
+    // 1b. The validation alone (what a CREATE does before it writes): the
+    // row's derivation, catalog look-up, planning and checks of a new name,
+    // nothing written; beside CREATE VIEW (whose views are dropped after).
+    let validations: Vec<String> = names
+        .iter()
+        .map(|n| {
+            format!(
+                "SELECT count(*) FROM micromegas._mm_prepare_definition(NULL, $mm${}$mm$, NULL, NULL, NULL, NULL, NULL, false)",
+                definition(&format!("{n}_v"), false)
+            )
+        })
+        .collect();
+    let mut a = time_each(client, &validations).await;
+    let mut b = time_each(client, &native_creates).await;
+    time_each(client, &native_drops).await;
+    rows.push(Row {
+        what: "validation alone (_mm_prepare_definition, nothing written) p50".into(),
+        figure: percentile(&mut a, 0.5),
+        baseline_what: "CREATE VIEW p50".into(),
+        baseline: percentile(&mut b, 0.5),
+        unit: "ms",
+    });
+
+    rows
+}
+
+/// One full run of every measurement: each row holds the extension's figure
+/// and its native baseline, measured one after the other.
+async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
+    let dsn = dsn.to_string();
+    let client = connect(&dsn).await;
+    reset_for_creates(&client).await;
+    let mut rows = create_rows(&client, rounds).await;
 
     // 2. First call in a fresh connection, and the backend's RSS.
     let mut first = Vec::new();
