@@ -13,12 +13,12 @@
 //!                extension runs them.
 //! N=calls per round (default 1000); 3 rounds.
 
-use micromegas_views_core::builtins::{builtin_catalog, builtins};
+use micromegas_views_core::builtins::{builtin_catalog, builtin_rows};
 use micromegas_views_core::checks::validate;
 use micromegas_views_core::ddl::{parse, Statement};
 use micromegas_views_core::options::Definition;
 use micromegas_views_core::prepare::{derive, prepare, RowInput};
-use micromegas_views_core::{isolate, schema, CatalogRow, SourceKind};
+use micromegas_views_core::{isolate, CatalogRow};
 use std::time::Instant;
 
 const STATEMENT: &str = "CREATE MATERIALIZED VIEW v{N} WITH (
@@ -34,25 +34,9 @@ const STATEMENT: &str = "CREATE MATERIALIZED VIEW v{N} WITH (
 
 /// The two built-ins the definition reads, as their rows store them.
 fn catalog_rows() -> Vec<CatalogRow> {
-    let all = builtins();
-    ["log_entries", "blocks"]
-        .iter()
-        .map(|name| {
-            let row = all
-                .as_array()
-                .expect("array")
-                .iter()
-                .find(|r| r["view_set_name"] == *name)
-                .expect("a shipped built-in");
-            let schema = schema::from_json(&row["schema"]).expect("builtin schema");
-            CatalogRow {
-                name: name.to_string(),
-                schema_ipc: Some(schema::to_ipc_base64(&schema).expect("encodes")),
-                update_group: None,
-                kind: SourceKind::Raw,
-                load_error: None,
-            }
-        })
+    builtin_rows()
+        .into_iter()
+        .filter(|row| row.name == "log_entries" || row.name == "blocks")
         .collect()
 }
 

@@ -32,7 +32,8 @@ const EXTRACT: &str = "extract_query";
 const COUNT: &str = "count_src_query";
 const MERGE: &str = "merge_partitions_query";
 
-fn queries(def: &Definition) -> [(&'static str, &str); 3] {
+/// The three queries of `def` with their option names, in option order.
+pub(crate) fn queries(def: &Definition) -> [(&'static str, &str); 3] {
     [
         (EXTRACT, def.extract_query.as_str()),
         (COUNT, def.count_src_query.as_str()),

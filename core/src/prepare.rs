@@ -242,21 +242,17 @@ mod kept {
         static SLOT: RefCell<Option<([String; 3], ParsedQueries)>> = const { RefCell::new(None) };
     }
 
-    fn texts(definition: &Definition) -> [&String; 3] {
-        [
-            &definition.extract_query,
-            &definition.count_src_query,
-            &definition.merge_partitions_query,
-        ]
+    fn texts(definition: &Definition) -> [&str; 3] {
+        crate::checks::queries(definition).map(|(_, text)| text)
     }
 
-    fn small(texts: &[&String; 3]) -> bool {
+    fn small(texts: &[&str; 3]) -> bool {
         texts.iter().map(|t| t.len()).sum::<usize>() <= MAX_KEPT_TEXT
     }
 
     pub fn keep(definition: &Definition, parsed: ParsedQueries) {
         let texts = texts(definition);
-        let entry = small(&texts).then(|| (texts.map(|t| t.clone()), parsed));
+        let entry = small(&texts).then(|| (texts.map(str::to_string), parsed));
         // The previous trees (or these, when too big) are dropped here.
         drop(SLOT.replace(entry));
     }
@@ -266,7 +262,7 @@ mod kept {
         SLOT.with_borrow_mut(|slot| {
             let matches = slot
                 .as_ref()
-                .is_some_and(|(texts, _)| texts.iter().eq(wanted.iter().copied()));
+                .is_some_and(|(texts, _)| texts.iter().eq(wanted.iter()));
             if matches {
                 slot.take().map(|(_, parsed)| parsed)
             } else {
@@ -283,7 +279,7 @@ mod kept {
 
     #[cfg(test)]
     pub fn holds(definition: &Definition) -> bool {
-        held().is_some_and(|texts| texts.iter().eq(self::texts(definition)))
+        held().is_some_and(|texts| texts.iter().eq(self::texts(definition).iter()))
     }
 }
 
@@ -373,21 +369,10 @@ mod tests {
 
     /// A shipped built-in, as its row stores it.
     fn builtin_row(name: &str) -> CatalogRow {
-        let all = crate::builtins::builtins();
-        let row = all
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["view_set_name"] == name)
-            .unwrap();
-        let schema = schema::from_json(&row["schema"]).unwrap();
-        CatalogRow {
-            name: name.into(),
-            schema_ipc: Some(schema::to_ipc_base64(&schema).unwrap()),
-            update_group: None,
-            kind: SourceKind::Raw,
-            load_error: None,
-        }
+        crate::builtins::builtin_rows()
+            .into_iter()
+            .find(|row| row.name == name)
+            .expect("a shipped built-in")
     }
 
     fn derived(text: &str) -> Derived {
