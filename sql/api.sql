@@ -784,7 +784,7 @@ COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: queues the files no partition references any more, and takes a file out of the queue when one does again';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
-  'Derives and validates a definition row (statement text, columns or both): every derived column, the findings, or the error';
+  'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
 COMMENT ON FUNCTION micromegas._mm_raise_broken_dependent(text,text,text) IS
   'Raises 2BP01: a change would break a definition that reads the changed one';
 COMMENT ON FUNCTION micromegas._mm_raise_overlap(micromegas.lakehouse_partitions) IS
@@ -976,6 +976,8 @@ COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.load_error IS 'Why i
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.shipped IS 'True while the row is exactly as CREATE EXTENSION shipped it';
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_by_role IS 'The Postgres role (session_user) of the last change';
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.warnings IS 'The author checks'' findings: [{check, sqlstate, message, hint}]';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
+  'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
 COMMENT ON COLUMN micromegas.partition_retirement.view_set_name IS 'The view set';
 COMMENT ON COLUMN micromegas.partition_retirement.view_instance_id IS 'The instance';
 COMMENT ON COLUMN micromegas.partition_retirement.partitions_retired IS 'Partitions retired';

@@ -161,7 +161,12 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   updated_by_role text,
   -- The author obligations the definition does not meet (core/src/author.rs):
   -- [{check, sqlstate, message, hint}], derived like the schema.
-  warnings jsonb NOT NULL DEFAULT '[]'
+  warnings jsonb NOT NULL DEFAULT '[]',
+  -- What the validation read besides the definition (the sources' stored
+  -- rows, the plan-node limit, the code's version), hashed: a write of the
+  -- same definition against the same sources takes the derived columns
+  -- above instead of planning again. Always derived; NULL when failed (0.1.9).
+  sources_hash bytea
 );
 CREATE INDEX lakehouse_view_set_definitions_reads
   ON micromegas.lakehouse_view_set_definitions USING gin (reads) WITH (fastupdate = off);
@@ -511,6 +516,7 @@ BEGIN
       -- already failed its new reason; its stored schema stays (planning it
       -- again would store an empty one, and the moved schema would make its
       -- own dependents refuse a change a re-check must never refuse).
+      NEW.sources_hash := NULL;
       RETURN NEW;
     END IF;
     IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
@@ -571,6 +577,7 @@ BEGIN
   NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
   NEW.load_error := p.load_error;
   NEW.warnings := p.warnings;
+  NEW.sources_hash := p.sources_hash;
   -- The author of this write hears of the obligations it misses; the
   -- extension's own re-checks and loads, and pg_restore's rows, do not
   -- raise them again.

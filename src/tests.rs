@@ -56,6 +56,95 @@ mod tests {
         assert_eq!(after, before + 3);
     }
 
+    fn create(statement: &str) -> String {
+        Spi::get_one_with_args::<String>(
+            "SELECT status FROM micromegas.mm_create_view($1)",
+            &[statement.into()],
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    fn sources_hash(view: &str) -> Option<Vec<u8>> {
+        Spi::get_one_with_args::<Vec<u8>>(
+            "SELECT sources_hash FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = $1",
+            &[view.into()],
+        )
+        .unwrap()
+    }
+
+    /// Writes `statement` (a replace) with nothing remembered by the
+    /// backend, and says whether it was planned.
+    fn planned(statement: &str) -> bool {
+        crate::pg::api::forget_validations();
+        let before = crate::pg::api::validations_planned();
+        assert_eq!(create(statement), "replaced");
+        crate::pg::api::validations_planned() > before
+    }
+
+    /// A CREATE OR REPLACE of what a view already stores, against the
+    /// sources it was validated with, takes the stored derived columns; any
+    /// change to the definition, to a source or to the plan-node limit
+    /// plans again; a written sources_hash is never taken.
+    #[pg_test]
+    fn a_rewrite_of_what_a_view_stores_is_not_planned_again() {
+        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
+        let source = |columns: &str| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW src_v WITH (extract_query = 'SELECT {columns} FROM log_entries', \
+                 {COUNT}, merge_partitions_query = 'SELECT {columns} FROM {{source}}', update_group = 4000, \
+                 time_column = 'time')"
+            )
+        };
+        let dependent = |filter: &str| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW dep_v WITH (extract_query = 'SELECT time, process_id FROM src_v{filter}', \
+                 {COUNT}, merge_partitions_query = 'SELECT time, process_id FROM {{source}}', update_group = 5000, \
+                 time_column = 'time')"
+            )
+        };
+        assert_eq!(create(&source("time, process_id")), "created");
+        assert_eq!(create(&dependent("")), "created");
+        let first = sources_hash("dep_v").expect("a validated row has its sources' hash");
+        let stored = "SELECT schema_ipc || encode(schema_hash, 'hex') || reads::text || warnings::text \
+                      FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'dep_v'";
+        let columns = Spi::get_one::<String>(stored).unwrap();
+
+        // The same definition again: taken from the row, identical.
+        assert!(!planned(&dependent("")));
+        assert_eq!(Spi::get_one::<String>(stored).unwrap(), columns);
+        assert_eq!(sources_hash("dep_v").as_ref(), Some(&first));
+        // A changed query plans; writing the first one back plans too (the
+        // row now holds the changed one).
+        assert!(planned(&dependent(" WHERE time IS NOT NULL")));
+        assert!(planned(&dependent("")));
+        assert!(!planned(&dependent("")));
+
+        // A source whose stored row changed (a column added; the dependent's
+        // own schema is unchanged) plans again, and the new answer is kept.
+        assert!(planned(&source("time, process_id, level")));
+        assert!(planned(&dependent("")));
+        assert_ne!(sources_hash("dep_v").as_ref(), Some(&first));
+        assert!(!planned(&dependent("")));
+
+        // Another plan-node limit: planned under it.
+        Spi::run("SET micromegas_views.max_plan_nodes = 5000").unwrap();
+        assert!(planned(&dependent("")));
+        assert!(!planned(&dependent("")));
+        Spi::run("RESET micromegas_views.max_plan_nodes").unwrap();
+        assert!(planned(&dependent("")));
+
+        // A hash written to the row is replaced by the derived one.
+        let derived = sources_hash("dep_v");
+        Spi::run(
+            "UPDATE micromegas.lakehouse_view_set_definitions SET sources_hash = '\\x00' \
+             WHERE view_set_name = 'dep_v'",
+        )
+        .unwrap();
+        assert_eq!(sources_hash("dep_v"), derived);
+    }
+
     #[pg_test(error = "syntax error at or near \"VIEW\": expected MATERIALIZED")]
     fn malformed_statement_is_an_error() {
         Spi::run("SELECT * FROM micromegas._mm_statement_target('CREATE VIEW v WITH (a = 1)')")

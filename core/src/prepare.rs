@@ -4,13 +4,14 @@
 //! fetches those from its tables; [`prepare`] plans and checks the
 //! definition against them and returns every derived column of the row.
 
-use crate::catalog::{Catalog, CatalogRow};
+use crate::catalog::{Catalog, CatalogRow, SourceKind};
 use crate::checks;
 use crate::ddl::{self, Statement};
 use crate::error::{Error, ErrorKind, Result};
 use crate::options::Definition;
 use crate::schema;
 use arrow_schema::Schema;
+use sha2::{Digest, Sha256};
 
 /// A row as written: any of the statement and the columns may be missing.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -176,10 +177,7 @@ pub fn derive(row: RowInput) -> Result<Derived> {
 /// what it reads; any other problem is still an error.
 pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Result<Prepared> {
     let definition = &derived.definition;
-    let definition_sql = derived
-        .statement
-        .clone()
-        .unwrap_or_else(|| definition.render(false));
+    let definition_sql = statement_sql(derived);
     // The trees `derive` kept (taken first: whatever fails below, they do
     // not outlive this write), or parsed again (see `Derived::parse_error`).
     let kept = kept::take(definition);
@@ -210,6 +208,96 @@ pub fn prepare(derived: &Derived, rows: &[CatalogRow], keep_failed: bool) -> Res
         load_error,
         warnings: serde_json::to_value(findings).expect("findings serialize"),
     })
+}
+
+/// The statement text a row stores: the one it was written with, or the
+/// definition rendered.
+fn statement_sql(derived: &Derived) -> String {
+    derived
+        .statement
+        .clone()
+        .unwrap_or_else(|| derived.definition.render(false))
+}
+
+/// What a validation read besides the definition itself, as a SHA-256: the
+/// view sets it mentions as stored (`rows`, in any order), the plan-node
+/// limit it ran under and the version of the code that ran it. A stored row
+/// keeps this beside what its validation derived; a later write of the same
+/// definition whose sources hash the same would derive the same columns
+/// (validation is a function of these and the definition), so it takes
+/// them from the row instead of planning again ([`reuse`]). SHA-256, not a
+/// fast hash: an admin must not be able to make two different catalogs
+/// look alike. Linear in the rows' size and never recursive, so it may run
+/// on the backend's thread.
+pub fn sources_hash(rows: &[CatalogRow], max_plan_nodes: usize) -> Vec<u8> {
+    fn field(out: &mut Vec<u8>, value: Option<&[u8]>) {
+        match value {
+            None => out.push(0),
+            Some(v) => {
+                out.push(1);
+                out.extend_from_slice(&(v.len() as u64).to_le_bytes());
+                out.extend_from_slice(v);
+            }
+        }
+    }
+    let mut encoded: Vec<Vec<u8>> = rows
+        .iter()
+        .map(|r| {
+            let mut out = Vec::new();
+            field(&mut out, Some(r.name.as_bytes()));
+            field(&mut out, r.schema_ipc.as_deref().map(str::as_bytes));
+            field(&mut out, r.update_group.map(i32::to_le_bytes).as_ref().map(|b| &b[..]));
+            let kind: u8 = match r.kind {
+                SourceKind::Raw => 1,
+                SourceKind::Materialized => 2,
+                SourceKind::Defined => 3,
+                SourceKind::InstanceOnly => 4,
+            };
+            field(&mut out, Some(&[kind]));
+            field(&mut out, r.load_error.as_deref().map(str::as_bytes));
+            out
+        })
+        .collect();
+    // The look-up returns the rows in no particular order.
+    encoded.sort();
+    let mut hasher = Sha256::new();
+    hasher.update(b"micromegas_views validation sources\0");
+    hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
+    hasher.update(b"\0");
+    hasher.update((max_plan_nodes as u64).to_le_bytes());
+    hasher.update((encoded.len() as u64).to_le_bytes());
+    for row in &encoded {
+        hasher.update(row);
+    }
+    hasher.finalize().to_vec()
+}
+
+/// What a stored row's validation derived (the row's own columns).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredValidation {
+    pub schema_ipc: String,
+    pub schema_json: serde_json::Value,
+    pub schema_hash: Vec<u8>,
+    pub reads: Vec<String>,
+    pub warnings: serde_json::Value,
+}
+
+/// The derived columns of a write whose definition (name, queries, group,
+/// options) is the one a stored row holds and whose [`sources_hash`] is the
+/// one the row was validated with: the row's own, with the statement text
+/// and options of this write. The caller matches the row; nothing is
+/// parsed or planned here.
+pub fn reuse(derived: &Derived, stored: StoredValidation) -> Prepared {
+    Prepared {
+        definition_sql: statement_sql(derived),
+        view_options: derived.definition.view_options_json(),
+        schema_ipc: stored.schema_ipc,
+        schema_json: stored.schema_json,
+        schema_hash: stored.schema_hash,
+        reads: stored.reads,
+        load_error: None,
+        warnings: stored.warnings,
+    }
 }
 
 /// The parsed queries of the last definition [`derive`] read on this
@@ -454,5 +542,55 @@ mod tests {
         assert_eq!(kept.reads, ["blocks"]);
         assert_eq!(kept.definition_sql, text);
         assert_eq!(kept.schema_json, serde_json::json!({"fields": []}));
+    }
+
+    #[test]
+    fn the_sources_hash_follows_every_field_of_every_row_but_not_their_order() {
+        let rows = vec![builtin_row("log_entries"), builtin_row("blocks")];
+        let base = sources_hash(&rows, 1000);
+        assert_eq!(base.len(), 32);
+        let reversed: Vec<CatalogRow> = rows.iter().rev().cloned().collect();
+        assert_eq!(sources_hash(&reversed, 1000), base, "the look-up's order is not a change");
+        assert_ne!(sources_hash(&rows, 999), base, "the plan-node limit");
+        assert_ne!(sources_hash(&rows[..1], 1000), base, "a source gone");
+        assert_ne!(sources_hash(&[], 1000), base);
+        let changes: [fn(&mut CatalogRow); 6] = [
+            |r| r.name.push('x'),
+            |r| r.schema_ipc = None,
+            |r| r.schema_ipc.as_mut().unwrap().push('A'),
+            |r| r.update_group = Some(r.update_group.unwrap_or(0) + 1),
+            |r| r.kind = SourceKind::Defined,
+            |r| r.load_error = Some("failed".into()),
+        ];
+        for (i, change) in changes.iter().enumerate() {
+            let mut changed = rows.clone();
+            change(&mut changed[1]);
+            assert_ne!(sources_hash(&changed, 1000), base, "change {i}");
+        }
+        // Fields are delimited: text moved from one field to the next is a change.
+        let mut a = blocks();
+        a.name = "ab".into();
+        a.load_error = Some("c".into());
+        let mut b = blocks();
+        b.name = "a".into();
+        b.load_error = Some("bc".into());
+        assert_ne!(sources_hash(&[a], 1000), sources_hash(&[b], 1000));
+    }
+
+    #[test]
+    fn a_reused_validation_is_what_planning_derives() {
+        let rows = [builtin_row("log_entries"), builtin_row("blocks")];
+        let planned = prepare(&derived(LOG_STATS_SQL), &rows, false).unwrap();
+        let replace = LOG_STATS_SQL.replace("CREATE MATERIALIZED", "CREATE OR REPLACE MATERIALIZED");
+        let again = derived(&replace);
+        let stored = StoredValidation {
+            schema_ipc: planned.schema_ipc.clone(),
+            schema_json: planned.schema_json.clone(),
+            schema_hash: planned.schema_hash.clone(),
+            reads: planned.reads.clone(),
+            warnings: planned.warnings.clone(),
+        };
+        // Everything the write would derive by planning, its own statement text included.
+        assert_eq!(reuse(&again, stored), prepare(&again, &rows, false).unwrap());
     }
 }

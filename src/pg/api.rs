@@ -13,12 +13,12 @@ use super::settings;
 use super::thread::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
 use micromegas_views_core::options::{check_name, check_view_name, NameUse};
-use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput};
+use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput, StoredValidation};
 use micromegas_views_core::{ddl, schema, CatalogRow, SourceKind, Statement};
 use pgrx::prelude::*;
 use pgrx::spi::OwnedPreparedStatement;
 use pgrx::{JsonB, PgOid};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 
 /// The look-up of the view sets a definition mentions: the built-ins, and
@@ -71,6 +71,92 @@ fn catalog_rows(names: &[String], own: &str) -> Vec<CatalogRow> {
         Ok::<_, pgrx::spi::Error>(rows)
     })
     .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"))
+}
+
+/// The stored row of the view being written, with what its validation
+/// derived and the hash of what that validation read
+/// (`prepare::sources_hash`). Planned once per backend and kept.
+const STORED_ROW_QUERY: &str = "
+    SELECT d.extract_query, d.count_src_query, d.merge_partitions_query, d.update_group, d.view_options,
+           d.sources_hash, d.schema_ipc, d.schema_json, d.schema_hash, d.reads, d.warnings
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = $1 AND d.load_status = 'ok' AND d.sources_hash IS NOT NULL";
+
+thread_local! {
+    static STORED_ROW_PLAN: RefCell<Option<OwnedPreparedStatement>> = const { RefCell::new(None) };
+    /// How many validations this backend planned (a test reads it).
+    static PLANNED: Cell<u64> = const { Cell::new(0) };
+}
+
+/// What the stored row of `derived`'s view derived, when that row holds
+/// the same definition (queries, group, options) and was validated against
+/// sources that hash to `sources`: the same validation would derive the
+/// same again. Compared here, byte for byte, not by SQL operators.
+fn stored_validation(derived: &Derived, sources: &[u8]) -> Option<StoredValidation> {
+    if !rows_keep_sources_hash() {
+        return None;
+    }
+    let d = &derived.definition;
+    Spi::connect(|client| {
+        let args = [d.name.clone().into()];
+        let table = STORED_ROW_PLAN.with_borrow_mut(|plan| {
+            if plan.is_none() {
+                *plan = Some(client.prepare(STORED_ROW_QUERY, &[PgOid::from(pg_sys::TEXTOID)])?.keep());
+            }
+            client.select(plan.as_ref().expect("prepared"), Some(1), &args)
+        })?;
+        let Some(row) = table.into_iter().next() else {
+            return Ok(None);
+        };
+        let same = row.get::<String>(1)?.as_deref() == Some(d.extract_query.as_str())
+            && row.get::<String>(2)?.as_deref() == Some(d.count_src_query.as_str())
+            && row.get::<String>(3)?.as_deref() == Some(d.merge_partitions_query.as_str())
+            && row.get::<i32>(4)? == Some(d.update_group)
+            && row.get::<JsonB>(5)?.map(|j| j.0) == Some(d.view_options_json())
+            && row.get::<Vec<u8>>(6)?.as_deref() == Some(sources);
+        if !same {
+            return Ok(None);
+        }
+        Ok::<_, pgrx::spi::Error>(Some(StoredValidation {
+            schema_ipc: row.get(7)?.unwrap_or_default(),
+            schema_json: row.get::<JsonB>(8)?.map(|j| j.0).unwrap_or_default(),
+            schema_hash: row.get(9)?.unwrap_or_default(),
+            reads: row.get(10)?.unwrap_or_default(),
+            warnings: row.get::<JsonB>(11)?.map(|j| j.0).unwrap_or_default(),
+        }))
+    })
+    .unwrap_or_else(|e| pgrx::error!("reading the stored definition: {e}"))
+}
+
+/// Whether the definitions table has its `sources_hash` column (0.1.9):
+/// an older version's tables, before or during `ALTER EXTENSION UPDATE`,
+/// work with this library too (`src/pg/legacy.rs`), and have none. Asked of
+/// the catalog caches at every write: a backend may see the column appear.
+fn rows_keep_sources_hash() -> bool {
+    // SAFETY: catalog cache look-ups on the backend's own thread, inside a
+    // transaction (a trigger's or a function's call).
+    unsafe {
+        let schema = pg_sys::get_namespace_oid(c"micromegas".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return false;
+        }
+        let table = pg_sys::get_relname_relid(c"lakehouse_view_set_definitions".as_ptr(), schema);
+        table != pg_sys::InvalidOid
+            && pg_sys::get_attnum(table, c"sources_hash".as_ptr()) != pg_sys::InvalidAttrNumber as i16
+    }
+}
+
+/// How many validations this backend has planned so far.
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn validations_planned() -> u64 {
+    PLANNED.get()
+}
+
+/// Forgets the answers this backend remembers (a test's clean slate).
+#[cfg(any(test, feature = "pg_test"))]
+pub(crate) fn forget_validations() {
+    MEMO.with_borrow_mut(VecDeque::clear);
+    LAST_DERIVED.set(None);
 }
 
 /// What validation concluded for a definition against a catalog snapshot.
@@ -154,8 +240,19 @@ fn remember(key: (Derived, Vec<CatalogRow>, usize), prepared: Prepared) {
 
 /// Derives and validates a definitions row against the catalog as stored,
 /// except for the view sets in `overrides`, which are taken as given (a
-/// read-only dry run's not-yet-written schemas). Remembered per backend.
-fn prepare_row(row: RowInput, keep_failed: bool, overrides: &[CatalogRow]) -> (Derived, Prepared) {
+/// read-only dry run's not-yet-written schemas). Remembered per backend;
+/// a write of the definition a view already stores, against the sources it
+/// was validated with, takes the stored answer (`stored_validation`). Also
+/// returns the hash of the sources, which the row stores (none for a dry
+/// run's overrides or a row kept as failed).
+fn prepare_row(
+    row: RowInput,
+    keep_failed: bool,
+    overrides: &[CatalogRow],
+) -> (Derived, Prepared, Option<Vec<u8>>) {
+    // Only a write naming an existing view can find its stored row: a
+    // replace, or a row written with its name (a plain CREATE is new).
+    let named = row.view_set_name.is_some();
     let derived = derive(row);
     let mut rows = catalog_rows(&derived.mentioned, &derived.definition.name);
     for given in overrides {
@@ -167,20 +264,40 @@ fn prepare_row(row: RowInput, keep_failed: bool, overrides: &[CatalogRow]) -> (D
             None => rows.push(given.clone()),
         }
     }
+    let sources = overrides
+        .is_empty()
+        .then(|| prepare::sources_hash(&rows, settings::max_plan_nodes()));
     let key = (derived, rows, settings::max_plan_nodes());
+    let reusable = |d: &Derived| {
+        !keep_failed && d.parse_error.is_none() && (named || d.or_replace)
+    };
     let prepared = match remembered(&key) {
         Some(prepared) => prepared,
-        None => {
-            let (derived, rows) = (key.0.clone(), key.1.clone());
-            let prepared =
-                run_isolated(move || prepare::prepare(&derived, &rows, keep_failed)).or_raise();
-            if prepared.load_error.is_none() {
+        None => match sources
+            .as_deref()
+            .filter(|_| reusable(&key.0))
+            .and_then(|sources| stored_validation(&key.0, sources))
+        {
+            Some(stored) => {
+                let prepared = prepare::reuse(&key.0, stored);
                 remember(key.clone(), prepared.clone());
+                prepared
             }
-            prepared
-        }
+            None => {
+                let (derived, rows) = (key.0.clone(), key.1.clone());
+                PLANNED.set(PLANNED.get() + 1);
+                let prepared =
+                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed))
+                        .or_raise();
+                if prepared.load_error.is_none() {
+                    remember(key.clone(), prepared.clone());
+                }
+                prepared
+            }
+        },
     };
-    (key.0, prepared)
+    let sources = sources.filter(|_| prepared.load_error.is_none());
+    (key.0, prepared, sources)
 }
 
 /// The SQL-callable steps. They are created unqualified, in the extension's
@@ -223,6 +340,7 @@ mod micromegas {
             name!(reads, Vec<String>),
             name!(load_error, Option<String>),
             name!(warnings, JsonB),
+            name!(sources_hash, Option<Vec<u8>>),
         ),
     > {
         let row = RowInput {
@@ -234,7 +352,7 @@ mod micromegas {
             update_group,
             view_options: view_options.map(|j| j.0),
         };
-        let (derived, prepared) = prepare_row(row, keep_failed, &[]);
+        let (derived, prepared, sources) = prepare_row(row, keep_failed, &[]);
         let d = &derived.definition;
         TableIterator::once((
             d.name.clone(),
@@ -251,6 +369,7 @@ mod micromegas {
             prepared.reads,
             prepared.load_error,
             JsonB(prepared.warnings),
+            sources,
         ))
     }
 

@@ -2,7 +2,7 @@
 //! planning thread.
 
 mod access;
-mod api;
+pub(crate) mod api;
 mod errors;
 mod jobs;
 mod legacy;
