@@ -111,10 +111,32 @@ mod tests {
                       FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'dep_v'";
         let columns = Spi::get_one::<String>(stored).unwrap();
 
-        // The same definition again: taken from the row, identical.
+        // The same definition again: taken from the row, and what planning
+        // it afresh gives (keep_failed is never answered from the row).
         assert!(!planned(&dependent("")));
         assert_eq!(Spi::get_one::<String>(stored).unwrap(), columns);
         assert_eq!(sources_hash("dep_v").as_ref(), Some(&first));
+        let afresh = "SELECT p.schema_ipc || encode(p.schema_hash, 'hex') || p.reads::text || p.warnings::text \
+             FROM micromegas.lakehouse_view_set_definitions d, micromegas._mm_prepare_definition(d.view_set_name, \
+                  NULL, d.extract_query, d.count_src_query, d.merge_partitions_query, d.update_group, \
+                  d.view_options, true) p WHERE d.view_set_name = 'dep_v'";
+        crate::pg::api::forget_validations();
+        let before = crate::pg::api::validations_planned();
+        assert_eq!(Spi::get_one::<String>(afresh).unwrap(), columns);
+        assert_eq!(crate::pg::api::validations_planned(), before + 1);
+        // A write of the row by name (an UPDATE of the table) too.
+        crate::pg::api::forget_validations();
+        Spi::run(
+            "UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = definition_sql \
+             WHERE view_set_name = 'dep_v'",
+        )
+        .unwrap();
+        assert_eq!(crate::pg::api::validations_planned(), before + 1);
+        // Another option or group is planned.
+        assert!(planned(&dependent("").replace("time_column = 'time'", "time_column = 'time', \
+             merge_partition_delta = '2 days'")));
+        assert!(planned(&dependent("").replace("update_group = 5000", "update_group = 5001")));
+        assert!(planned(&dependent("")));
         // A changed query plans; writing the first one back plans too (the
         // row now holds the changed one).
         assert!(planned(&dependent(" WHERE time IS NOT NULL")));
@@ -123,7 +145,7 @@ mod tests {
 
         // A source whose stored row changed (a column added; the dependent's
         // own schema is unchanged) plans again, and the new answer is kept.
-        assert!(planned(&source("time, process_id, level")));
+        create(&source("time, process_id, level"));
         assert!(planned(&dependent("")));
         assert_ne!(sources_hash("dep_v").as_ref(), Some(&first));
         assert!(!planned(&dependent("")));
@@ -135,14 +157,18 @@ mod tests {
         Spi::run("RESET micromegas_views.max_plan_nodes").unwrap();
         assert!(planned(&dependent("")));
 
-        // A hash written to the row is replaced by the derived one.
+        // A hash written to the row is replaced by the derived one (taken
+        // from the row as it was before the write).
         let derived = sources_hash("dep_v");
+        crate::pg::api::forget_validations();
+        let before = crate::pg::api::validations_planned();
         Spi::run(
             "UPDATE micromegas.lakehouse_view_set_definitions SET sources_hash = '\\x00' \
              WHERE view_set_name = 'dep_v'",
         )
         .unwrap();
         assert_eq!(sources_hash("dep_v"), derived);
+        assert_eq!(crate::pg::api::validations_planned(), before);
     }
 
     #[pg_test(error = "syntax error at or near \"VIEW\": expected MATERIALIZED")]

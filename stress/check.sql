@@ -7,9 +7,11 @@ SELECT view_set_name, update_group, reads FROM micromegas.lakehouse_view_set_def
 CREATE FUNCTION pg_temp.still_valid(d micromegas.lakehouse_view_set_definitions) RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
-  RETURN (SELECT p.schema_hash = d.schema_hash
+  -- keep_failed: planned afresh (a stored answer is never reused then),
+  -- and a definition that no longer plans comes back with its reason.
+  RETURN (SELECT p.load_error IS NULL AND p.schema_hash = d.schema_hash
             FROM micromegas._mm_prepare_definition(d.view_set_name, NULL, d.extract_query, d.count_src_query,
-                   d.merge_partitions_query, d.update_group, d.view_options, false) p);
+                   d.merge_partitions_query, d.update_group, d.view_options, true) p);
 EXCEPTION WHEN OTHERS THEN
   RETURN false;
 END

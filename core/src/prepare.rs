@@ -221,7 +221,9 @@ fn statement_sql(derived: &Derived) -> String {
 
 /// What a validation read besides the definition itself, as a SHA-256: the
 /// view sets it mentions as stored (`rows`, in any order), the plan-node
-/// limit it ran under and the version of the code that ran it. A stored row
+/// limit it ran under and the version of the code that ran it
+/// (`code_version`: the extension's, passed by the extension — this crate's
+/// own version never moves). A stored row
 /// keeps this beside what its validation derived; a later write of the same
 /// definition whose sources hash the same would derive the same columns
 /// (validation is a function of these and the definition), so it takes
@@ -229,7 +231,7 @@ fn statement_sql(derived: &Derived) -> String {
 /// fast hash: an admin must not be able to make two different catalogs
 /// look alike. Linear in the rows' size and never recursive, so it may run
 /// on the backend's thread.
-pub fn sources_hash(rows: &[CatalogRow], max_plan_nodes: usize) -> Vec<u8> {
+pub fn sources_hash(rows: &[CatalogRow], max_plan_nodes: usize, code_version: &str) -> Vec<u8> {
     fn field(out: &mut Vec<u8>, value: Option<&[u8]>) {
         match value {
             None => out.push(0),
@@ -242,19 +244,27 @@ pub fn sources_hash(rows: &[CatalogRow], max_plan_nodes: usize) -> Vec<u8> {
     }
     let mut encoded: Vec<Vec<u8>> = rows
         .iter()
-        .map(|r| {
+        .map(|row| {
+            // Every field (one added to CatalogRow must be listed here).
+            let CatalogRow {
+                name,
+                schema_ipc,
+                update_group,
+                kind,
+                load_error,
+            } = row;
             let mut out = Vec::new();
-            field(&mut out, Some(r.name.as_bytes()));
-            field(&mut out, r.schema_ipc.as_deref().map(str::as_bytes));
-            field(&mut out, r.update_group.map(i32::to_le_bytes).as_ref().map(|b| &b[..]));
-            let kind: u8 = match r.kind {
+            field(&mut out, Some(name.as_bytes()));
+            field(&mut out, schema_ipc.as_deref().map(str::as_bytes));
+            field(&mut out, update_group.map(i32::to_le_bytes).as_ref().map(|b| &b[..]));
+            let kind: u8 = match kind {
                 SourceKind::Raw => 1,
                 SourceKind::Materialized => 2,
                 SourceKind::Defined => 3,
                 SourceKind::InstanceOnly => 4,
             };
             field(&mut out, Some(&[kind]));
-            field(&mut out, r.load_error.as_deref().map(str::as_bytes));
+            field(&mut out, load_error.as_deref().map(str::as_bytes));
             out
         })
         .collect();
@@ -262,8 +272,8 @@ pub fn sources_hash(rows: &[CatalogRow], max_plan_nodes: usize) -> Vec<u8> {
     encoded.sort();
     let mut hasher = Sha256::new();
     hasher.update(b"micromegas_views validation sources\0");
-    hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-    hasher.update(b"\0");
+    hasher.update((code_version.len() as u64).to_le_bytes());
+    hasher.update(code_version.as_bytes());
     hasher.update((max_plan_nodes as u64).to_le_bytes());
     hasher.update((encoded.len() as u64).to_le_bytes());
     for row in &encoded {
@@ -312,9 +322,10 @@ pub fn reuse(derived: &Derived, stored: StoredValidation) -> Prepared {
 /// hands them out only for exactly the query texts they were parsed from
 /// (parsing depends on nothing else: the limits and the denied functions
 /// are constants); anything else, or a `prepare` on another helper, parses
-/// again. When no `prepare` follows (the backend remembered the answer, or
-/// the write failed in between), the trees stay until the next `derive` on
-/// that thread: only definitions of at most [`MAX_KEPT_TEXT`] bytes of
+/// again. When no `prepare` follows (the backend remembered the answer or
+/// took the stored one, or the write failed in between), the trees stay
+/// until the next `derive` on that thread: only definitions of at most
+/// [`MAX_KEPT_TEXT`] bytes of
 /// query text are kept (a tree is at most a few hundred bytes per byte of
 /// text: a few MB, at most one per planning thread of the backend).
 mod kept {
@@ -547,13 +558,15 @@ mod tests {
     #[test]
     fn the_sources_hash_follows_every_field_of_every_row_but_not_their_order() {
         let rows = vec![builtin_row("log_entries"), builtin_row("blocks")];
-        let base = sources_hash(&rows, 1000);
+        let hash = |rows: &[CatalogRow], limit| sources_hash(rows, limit, "1.2.3");
+        let base = hash(&rows, 1000);
         assert_eq!(base.len(), 32);
         let reversed: Vec<CatalogRow> = rows.iter().rev().cloned().collect();
-        assert_eq!(sources_hash(&reversed, 1000), base, "the look-up's order is not a change");
-        assert_ne!(sources_hash(&rows, 999), base, "the plan-node limit");
-        assert_ne!(sources_hash(&rows[..1], 1000), base, "a source gone");
-        assert_ne!(sources_hash(&[], 1000), base);
+        assert_eq!(hash(&reversed, 1000), base, "the look-up's order is not a change");
+        assert_ne!(hash(&rows, 999), base, "the plan-node limit");
+        assert_ne!(sources_hash(&rows, 1000, "1.2.4"), base, "the code's version");
+        assert_ne!(hash(&rows[..1], 1000), base, "a source gone");
+        assert_ne!(hash(&[], 1000), base);
         let changes: [fn(&mut CatalogRow); 6] = [
             |r| r.name.push('x'),
             |r| r.schema_ipc = None,
@@ -565,7 +578,7 @@ mod tests {
         for (i, change) in changes.iter().enumerate() {
             let mut changed = rows.clone();
             change(&mut changed[1]);
-            assert_ne!(sources_hash(&changed, 1000), base, "change {i}");
+            assert_ne!(hash(&changed, 1000), base, "change {i}");
         }
         // Fields are delimited: text moved from one field to the next is a change.
         let mut a = blocks();
@@ -574,7 +587,7 @@ mod tests {
         let mut b = blocks();
         b.name = "a".into();
         b.load_error = Some("bc".into());
-        assert_ne!(sources_hash(&[a], 1000), sources_hash(&[b], 1000));
+        assert_ne!(hash(&[a], 1000), hash(&[b], 1000));
     }
 
     #[test]

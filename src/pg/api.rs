@@ -91,7 +91,9 @@ thread_local! {
 /// What the stored row of `derived`'s view derived, when that row holds
 /// the same definition (queries, group, options) and was validated against
 /// sources that hash to `sources`: the same validation would derive the
-/// same again. Compared here, byte for byte, not by SQL operators.
+/// same again. Compared here, not by SQL operators: the queries and the
+/// hash byte for byte, the options as JSON values (the stored jsonb read
+/// back against the ones this write would store).
 fn stored_validation(derived: &Derived, sources: &[u8]) -> Option<StoredValidation> {
     if !rows_keep_sources_hash() {
         return None;
@@ -245,7 +247,7 @@ fn remember(key: (Derived, Vec<CatalogRow>, usize), prepared: Prepared) {
 /// was validated with, takes the stored answer (`stored_validation`). Also
 /// returns the hash of the sources, which the row stores (none for a dry
 /// run's overrides or a row kept as failed).
-fn prepare_row(
+pub(super) fn prepare_row(
     row: RowInput,
     keep_failed: bool,
     overrides: &[CatalogRow],
@@ -266,7 +268,7 @@ fn prepare_row(
     }
     let sources = overrides
         .is_empty()
-        .then(|| prepare::sources_hash(&rows, settings::max_plan_nodes()));
+        .then(|| prepare::sources_hash(&rows, settings::max_plan_nodes(), env!("CARGO_PKG_VERSION")));
     let key = (derived, rows, settings::max_plan_nodes());
     let reusable = |d: &Derived| {
         !keep_failed && d.parse_error.is_none() && (named || d.or_replace)
@@ -312,9 +314,13 @@ mod micromegas {
     /// reads the view sets the queries mention, plans and checks. With
     /// `keep_failed`, a restored row whose queries no longer plan comes back
     /// with `load_error` set instead of an error.
+    /// (Its C symbol is new in 0.1.9, `prepare_definition_row_wrapper`, as
+    /// it returns one more column: a backend still running an older library
+    /// finds no such symbol instead of filling 15 columns from 14. Older
+    /// install scripts name `prepare_definition_wrapper`: src/pg/legacy.rs.)
     #[pg_extern(volatile, name = "_mm_prepare_definition")]
     #[allow(clippy::too_many_arguments)]
-    fn prepare_definition(
+    fn prepare_definition_row(
         view_set_name: Option<String>,
         definition_sql: Option<String>,
         extract_query: Option<String>,

@@ -1,5 +1,5 @@
-//! The Rust functions of released install scripts that 0.1.3 no longer
-//! declares. A released script (sql/archive/) names their symbols
+//! The Rust functions of released install scripts that the current one no
+//! longer declares (0.1.3, and `_mm_prepare_definition`'s 0.1.6–0.1.8 symbol). A released script (sql/archive/) names their symbols
 //! (`AS 'MODULE_PATHNAME', '…_wrapper'`), and it must still install and work
 //! against this library: the upgrade test creates each old version, writes
 //! definitions with it, then runs ALTER EXTENSION UPDATE. So they keep their
@@ -11,6 +11,7 @@ use super::errors::OrRaise;
 use super::thread::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
 use micromegas_views_core::prepare::{self, RowInput};
+use super::api::prepare_row;
 use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -144,4 +145,67 @@ fn normalize_schema(schema_text: &str) -> JsonB {
         })
         .or_raise(),
     )
+}
+
+/// `_mm_prepare_definition` as 0.1.6 to 0.1.8 declare it (14 columns; 0.1.3
+/// to 0.1.5 declare the first 13): the current steps, without the sources'
+/// hash that 0.1.9 added. Their tables have no column for it, so nothing is
+/// reused (`rows_keep_sources_hash`).
+#[pg_extern(sql = false, volatile)]
+#[allow(clippy::too_many_arguments)]
+fn prepare_definition(
+    view_set_name: Option<String>,
+    definition_sql: Option<String>,
+    extract_query: Option<String>,
+    count_src_query: Option<String>,
+    merge_partitions_query: Option<String>,
+    update_group: Option<i32>,
+    view_options: Option<JsonB>,
+    keep_failed: bool,
+) -> TableIterator<
+    'static,
+    (
+        name!(view_set_name, String),
+        name!(or_replace, bool),
+        name!(definition_sql, String),
+        name!(extract_query, String),
+        name!(count_src_query, String),
+        name!(merge_partitions_query, String),
+        name!(update_group, i32),
+        name!(view_options, JsonB),
+        name!(schema_ipc, String),
+        name!(schema_json, JsonB),
+        name!(schema_hash, Vec<u8>),
+        name!(reads, Vec<String>),
+        name!(load_error, Option<String>),
+        name!(warnings, JsonB),
+    ),
+> {
+    let row = RowInput {
+        view_set_name,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options: view_options.map(|j| j.0),
+    };
+    let (derived, prepared, _) = prepare_row(row, keep_failed, &[]);
+    let d = &derived.definition;
+    TableIterator::once((
+        d.name.clone(),
+        derived.or_replace,
+        prepared.definition_sql,
+        d.extract_query.clone(),
+        d.count_src_query.clone(),
+        d.merge_partitions_query.clone(),
+        d.update_group,
+        JsonB(prepared.view_options),
+        prepared.schema_ipc,
+        JsonB(prepared.schema_json),
+        prepared.schema_hash,
+        prepared.reads,
+        prepared.load_error,
+        JsonB(prepared.warnings),
+    ))
 }

@@ -28,7 +28,9 @@ SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src', lr_s
 SELECT status FROM micromegas.mm_create_view(lr_view('lr_a', 'SELECT time, process_id, value AS v FROM lr_src', 3000, 'time, process_id, v'));
 SELECT status FROM micromegas.mm_create_view(lr_view('lr_b', 'SELECT time, process_id, v + 1.0 AS w FROM lr_a', 4000, 'time, process_id, w'));
 SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src', lr_schema('Boolean'), 2000);
-SELECT view_set_name, load_status, load_error, schema_json->'fields'->2->>'type' AS third_type
+-- (A failed row keeps no sources_hash: nothing is ever taken from it.)
+SELECT view_set_name, load_status, load_error, schema_json->'fields'->2->>'type' AS third_type,
+       sources_hash IS NOT NULL AS has_sources_hash
   FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name LIKE 'lr\_%' ORDER BY 1;
 -- The same change made to a view defined here is refused, two levels down
 -- too (2BP01): only the service's registration is lenient.
