@@ -785,6 +785,8 @@ COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: queues the files no partition references any more, and takes a file out of the queue when one does again';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
+COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
+  'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 COMMENT ON FUNCTION micromegas._mm_raise_broken_dependent(text,text,text) IS
   'Raises 2BP01: a change would break a definition that reads the changed one';
 COMMENT ON FUNCTION micromegas._mm_raise_overlap(micromegas.lakehouse_partitions) IS

@@ -8,6 +8,12 @@
 --   from 0.1.8 have none until their next write; a failed row has none.
 -- * _mm_prepare_definition returns the hash: a new C symbol
 --   (prepare_definition_row_wrapper); the old one stays for older scripts.
+-- * a re-check of a dependent tells why it no longer validates from the
+--   error's kind, no longer from its English message text: the new
+--   _mm_recheck_definition returns a problem with the definition itself
+--   (its checks and own limits) as data and raises anything else, so the
+--   re-check needs no exception block. A bug (internal error) in a
+--   re-check now fails the change instead of marking the dependent.
 ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN sources_hash bytea;
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
   'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
@@ -45,6 +51,83 @@ LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'prepare_definition_row_wrapper';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
+
+CREATE FUNCTION micromegas."_mm_recheck_definition"(
+	"view_set_name" TEXT, /* String */
+	"extract_query" TEXT, /* String */
+	"count_src_query" TEXT, /* String */
+	"merge_partitions_query" TEXT, /* String */
+	"update_group" INT, /* i32 */
+	"view_options" jsonb /* JsonB */
+) RETURNS TABLE (
+	"schema_ipc" TEXT,  /* Option < String > */
+	"problem" TEXT  /* Option < String > */
+)
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'recheck_definition_wrapper';
+COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
+  'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
+CREATE OR REPLACE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep micromegas.lakehouse_view_set_definitions;
+  checked_schema text;
+  problem text;
+BEGIN
+  -- A lenient re-check stays lenient all the way down: the rewrite of a
+  -- dependent whose schema moved re-checks that one's dependents in turn
+  -- (_mm_definitions_after_update), and those must be marked, not refused.
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_begin('lenient', NULL);
+  END IF;
+  -- Every write below is the extension's own re-check (src/pg/trust.rs).
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
+  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    -- Why the dependent no longer validates comes back as data, decided
+    -- by the error's kind in Rust (ErrorKind::is_about_the_definition):
+    -- its text, checks and own limits (nesting, plan nodes, width, size).
+    -- Anything else is raised and fails the change, nothing marked: a
+    -- validation past a minute (re-checks run under the 60 s maximum, not
+    -- the session's limit: src/pg/settings.rs), Postgres running out of a
+    -- resource (memory, disk, stack: a very deep chain of views), a bug; a
+    -- cancel or statement_timeout as always.
+    SELECT r.schema_ipc, r.problem INTO checked_schema, problem
+      FROM micromegas._mm_recheck_definition(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options) r;
+    IF problem IS NOT NULL THEN
+      IF strict THEN
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+      END IF;
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
+       WHERE d.view_set_name = dep.view_set_name;
+      WITH RECURSIVE downstream(name) AS (
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+        UNION
+        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream w WHERE x.reads @> ARRAY[w.name]
+      )
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
+       WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
+      CONTINUE;
+    END IF;
+    IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
+      -- A full rewrite stores the new schema, clears a failed mark (it
+      -- says 'ok': a 'failed' from a re-check is a mark, below),
+      -- notifies, and re-checks its own dependents.
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = d.definition_sql, load_status = 'ok'
+       WHERE d.view_set_name = dep.view_set_name;
+    END IF;
+  END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_end('lenient');
+  END IF;
+END
+$$;
 
 -- The BEFORE trigger stores it.
 CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
@@ -177,5 +260,5 @@ BEGIN
 END
 $$;
 
--- Privileges, from the matrix (one function created again).
+-- Privileges, from the matrix (a function created again, a new internal one).
 SELECT micromegas._mm_apply_privileges();

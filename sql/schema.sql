@@ -373,7 +373,6 @@ DECLARE
   dep micromegas.lakehouse_view_set_definitions;
   checked_schema text;
   problem text;
-  state text;
 BEGIN
   -- A lenient re-check stays lenient all the way down: the rewrite of a
   -- dependent whose schema moved re-checks that one's dependents in turn
@@ -385,28 +384,18 @@ BEGIN
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
   FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
-    BEGIN
-      SELECT p.schema_ipc INTO checked_schema
-        FROM micromegas._mm_prepare_definition(dep.view_set_name, NULL, dep.extract_query, dep.count_src_query,
-               dep.merge_partitions_query, dep.update_group, dep.view_options, false) p;
-    EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT, state = RETURNED_SQLSTATE;
-      -- Running out of a resource (memory, disk, stack: a very deep chain
-      -- of views; time: a validation past a minute) says nothing about the
-      -- dependent: the change fails with that error and nothing is marked.
-      -- Class 53, and class 54 except this extension's own limits on what a
-      -- definition may be (nesting, plan nodes, width, size: always in English,
-      -- whereas Postgres' own messages follow lc_messages). A cancel or
-      -- statement_timeout is never caught here; the session's validation
-      -- time limit does not apply to a re-check (src/pg/settings.rs).
-      IF left(state, 2) = '53'
-         OR (left(state, 2) = '54' AND problem NOT LIKE '% is nested too deeply%'
-             AND problem NOT LIKE '% is nested more than % levels deep%'
-             AND problem NOT LIKE '% plans to more than % plan nodes%'
-             AND problem NOT LIKE '% is too wide to plan%'
-             AND problem NOT LIKE '% is too long: %') THEN
-        RAISE;
-      END IF;
+    -- Why the dependent no longer validates comes back as data, decided
+    -- by the error's kind in Rust (ErrorKind::is_about_the_definition):
+    -- its text, checks and own limits (nesting, plan nodes, width, size).
+    -- Anything else is raised and fails the change, nothing marked: a
+    -- validation past a minute (re-checks run under the 60 s maximum, not
+    -- the session's limit: src/pg/settings.rs), Postgres running out of a
+    -- resource (memory, disk, stack: a very deep chain of views), a bug; a
+    -- cancel or statement_timeout as always.
+    SELECT r.schema_ipc, r.problem INTO checked_schema, problem
+      FROM micromegas._mm_recheck_definition(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options) r;
+    IF problem IS NOT NULL THEN
       IF strict THEN
         PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
@@ -422,7 +411,7 @@ BEGIN
          SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
        WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
       CONTINUE;
-    END;
+    END IF;
     IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
       -- A full rewrite stores the new schema, clears a failed mark (it
       -- says 'ok': a 'failed' from a re-check is a mark, below),

@@ -22,14 +22,43 @@ pub enum ErrorKind {
     InvalidSchema,
     /// The input is too large to process (54000 program_limit_exceeded).
     ProgramLimit,
-    /// The input is nested too deeply, plans to too many nodes or takes too
-    /// long to validate (54001 statement_too_complex).
+    /// The input is nested too deeply, plans to too many nodes or is too
+    /// wide to plan (54001 statement_too_complex).
     TooComplex,
+    /// The validation ran out of its time limit, or could not start within
+    /// it (54001 statement_too_complex, like the limits above: to a caller
+    /// it is one more way a statement is too complex; to a re-check it says
+    /// nothing about the definition, see [`ErrorKind::is_about_the_definition`]).
+    TimeLimit,
     /// The caller stopped waiting for the work (57014 query_canceled); the
     /// caller has already raised its own error.
     Cancelled,
     /// A bug: a panic or an impossible state (XX000 internal_error).
     Internal,
+}
+
+impl ErrorKind {
+    /// Whether the error is about what was written — its text, options,
+    /// name, queries as planned against their sources, size, nesting, plan
+    /// nodes, width — so that the same definition against the same catalog
+    /// fails the same way. A re-check of a dependent marks it failed (or
+    /// refuses the change) for these, by kind, never by message text; the
+    /// others (time, cancellation, a bug) say nothing about the definition
+    /// and fail the statement instead.
+    pub fn is_about_the_definition(self) -> bool {
+        match self {
+            ErrorKind::Syntax
+            | ErrorKind::InvalidOption
+            | ErrorKind::InvalidName
+            | ErrorKind::NameTooLong
+            | ErrorKind::ReservedName
+            | ErrorKind::InvalidDefinition
+            | ErrorKind::InvalidSchema
+            | ErrorKind::ProgramLimit
+            | ErrorKind::TooComplex => true,
+            ErrorKind::TimeLimit | ErrorKind::Cancelled | ErrorKind::Internal => false,
+        }
+    }
 }
 
 /// An error with the parts Postgres reports: message, DETAIL and HINT.

@@ -173,7 +173,7 @@ impl Budget {
             .clone();
         Some(
             Error::new(
-                ErrorKind::TooComplex,
+                ErrorKind::TimeLimit,
                 format!(
                     "{phase} exceeded the validation time limit of {} ms",
                     timeout.as_millis()
@@ -197,7 +197,7 @@ impl Budget {
 /// A job that found every helper of the process busy with abandoned work.
 fn could_not_start(timeout: Duration) -> Error {
     Error::new(
-        ErrorKind::TooComplex,
+        ErrorKind::TimeLimit,
         format!(
             "validation could not start within the validation time limit of {} ms",
             timeout.as_millis()

@@ -764,7 +764,7 @@ fn validation_stops_at_its_time_limit() {
         move || check_owned(overrides),
     )
     .unwrap_err();
-    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert_eq!(e.kind, ErrorKind::TimeLimit, "{e}");
     assert!(
         e.message
             .ends_with("exceeded the validation time limit of 50 ms"),
@@ -817,7 +817,7 @@ fn the_caller_gets_the_time_limit_even_without_a_checkpoint() {
     let waited = started.elapsed();
     release.send(()).ok();
     assert!(waited < Duration::from_secs(10), "waited {waited:?}");
-    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert_eq!(e.kind, ErrorKind::TimeLimit, "{e}");
     assert_eq!(
         e.message,
         "merge_partitions_query exceeded the validation time limit of 50 ms"
@@ -1530,6 +1530,7 @@ fn a_new_job_never_starts_on_a_retired_helper() {
     let e = run_with(Budget::with_timeout(Duration::from_secs(30)), || Ok(1)).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(25));
     assert!(e.message.starts_with("validation could not start"), "{e}");
+    assert_eq!(e.kind, ErrorKind::TimeLimit, "{e}");
     // A job without a deadline (tests, fuzzing) gets a fresh helper, at
     // the normal priority.
     // SAFETY: getpriority has no preconditions.
@@ -1617,4 +1618,28 @@ fn a_wide_view_under_the_column_limit_validates() {
     })
     .unwrap();
     assert_eq!(validated.schema.fields().len(), 600);
+}
+
+#[test]
+fn a_definitions_own_limits_are_about_it_and_time_is_not() {
+    // What a re-check marks a dependent failed for (by kind, not by text):
+    // the definition's own limits, but not the time it was given.
+    let deep = format!("SELECT {}1{} AS x", "(".repeat(600), ")".repeat(600));
+    let e = crate::isolate::run(move || check_owned(cte_overrides(&deep)))
+        .err()
+        .expect("refused");
+    assert_eq!(e.kind, ErrorKind::TooComplex, "{e}");
+    assert!(e.kind.is_about_the_definition());
+    for kind in [
+        ErrorKind::Syntax,
+        ErrorKind::InvalidOption,
+        ErrorKind::InvalidDefinition,
+        ErrorKind::ProgramLimit,
+        ErrorKind::TooComplex,
+    ] {
+        assert!(kind.is_about_the_definition(), "{kind:?}");
+    }
+    for kind in [ErrorKind::TimeLimit, ErrorKind::Cancelled, ErrorKind::Internal] {
+        assert!(!kind.is_about_the_definition(), "{kind:?}");
+    }
 }

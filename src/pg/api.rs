@@ -8,7 +8,7 @@
 //! interrupts while it waits. Postgres itself (SPI) is called only from the
 //! backend's thread, between two isolated steps.
 
-use super::errors::OrRaise;
+use super::errors::{raise, OrRaise};
 use super::settings;
 use super::thread::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
@@ -209,18 +209,18 @@ fn same_row(last: &RowInput, defined: &Derived, row: &RowInput) -> bool {
 
 /// What `row` defines ([`prepare::derive`] on the planning thread, or the
 /// last answer when the row is the same).
-fn derive(row: RowInput) -> Derived {
+fn derive(row: RowInput) -> micromegas_views_core::Result<Derived> {
     if let Some(derived) = LAST_DERIVED.with_borrow(|last| {
         last.as_ref()
             .filter(|(input, defined)| same_row(input, defined, &row))
             .map(|(_, derived)| derived.clone())
     }) {
-        return derived;
+        return Ok(derived);
     }
     let input = row.clone();
-    let derived = run_isolated(move || prepare::derive(row)).or_raise();
+    let derived = run_isolated(move || prepare::derive(row))?;
     LAST_DERIVED.set(Some((input, derived.clone())));
-    derived
+    Ok(derived)
 }
 
 fn remembered(key: &(Derived, Vec<CatalogRow>, usize)) -> Option<Prepared> {
@@ -252,10 +252,20 @@ pub(super) fn prepare_row(
     keep_failed: bool,
     overrides: &[CatalogRow],
 ) -> (Derived, Prepared, Option<Vec<u8>>) {
+    try_prepare_row(row, keep_failed, overrides).or_raise()
+}
+
+/// [`prepare_row`], its own errors returned (Postgres' are still raised:
+/// an SPI failure, out of memory, a cancel).
+fn try_prepare_row(
+    row: RowInput,
+    keep_failed: bool,
+    overrides: &[CatalogRow],
+) -> micromegas_views_core::Result<(Derived, Prepared, Option<Vec<u8>>)> {
     // Only a write naming an existing view can find its stored row: a
     // replace, or a row written with its name (a plain CREATE is new).
     let named = row.view_set_name.is_some();
-    let derived = derive(row);
+    let derived = derive(row)?;
     let mut rows = catalog_rows(&derived.mentioned, &derived.definition.name);
     for given in overrides {
         if !derived.mentioned.contains(&given.name) || given.name == derived.definition.name {
@@ -289,8 +299,7 @@ pub(super) fn prepare_row(
                 let (derived, rows) = (key.0.clone(), key.1.clone());
                 PLANNED.set(PLANNED.get() + 1);
                 let prepared =
-                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed))
-                        .or_raise();
+                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed))?;
                 if prepared.load_error.is_none() {
                     remember(key.clone(), prepared.clone());
                 }
@@ -299,7 +308,7 @@ pub(super) fn prepare_row(
         },
     };
     let sources = sources.filter(|_| prepared.load_error.is_none());
-    (key.0, prepared, sources)
+    Ok((key.0, prepared, sources))
 }
 
 /// The SQL-callable steps. They are created unqualified, in the extension's
@@ -427,6 +436,39 @@ mod micromegas {
             view_options: view_options.map(|j| j.0),
         };
         prepare_row(row, false, &overrides).1.schema_ipc
+    }
+
+    /// A re-check of a stored dependent after a view set it reads changed
+    /// (`_mm_recheck_dependents`): its schema as it validates now, or why it
+    /// no longer does — an error about the definition itself, returned as
+    /// `problem` (see `ErrorKind::is_about_the_definition`). Any other error
+    /// (the time limit, a cancel, Postgres running out of a resource, a
+    /// bug) is raised: it says nothing about the dependent, so the change
+    /// that caused the re-check fails instead of marking it.
+    #[pg_extern(volatile, name = "_mm_recheck_definition")]
+    fn recheck_definition(
+        view_set_name: String,
+        extract_query: String,
+        count_src_query: String,
+        merge_partitions_query: String,
+        update_group: i32,
+        view_options: JsonB,
+    ) -> TableIterator<'static, (name!(schema_ipc, Option<String>), name!(problem, Option<String>))>
+    {
+        let row = RowInput {
+            view_set_name: Some(view_set_name),
+            definition_sql: None,
+            extract_query: Some(extract_query),
+            count_src_query: Some(count_src_query),
+            merge_partitions_query: Some(merge_partitions_query),
+            update_group: Some(update_group),
+            view_options: Some(view_options.0),
+        };
+        TableIterator::once(match try_prepare_row(row, false, &[]) {
+            Ok((_, prepared, _)) => (Some(prepared.schema_ipc), None),
+            Err(e) if e.kind.is_about_the_definition() => (None, Some(e.message)),
+            Err(e) => raise(e),
+        })
     }
 
     /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF
