@@ -13,7 +13,10 @@
 --   _mm_recheck_definition returns a problem with the definition itself
 --   (its checks and own limits) as data and raises anything else, so the
 --   re-check needs no exception block. A bug (internal error) in a
---   re-check now fails the change instead of marking the dependent.
+--   re-check now fails the change instead of marking the dependent. The
+--   read-only dry run's re-check likewise (_mm_recheck_definition_with
+--   replaces _mm_check_definition_with): it no longer reports a time limit
+--   or an internal error as the dependent being broken.
 ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN sources_hash bytea;
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
   'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
@@ -28,6 +31,14 @@ COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,i
 COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
   'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 --@replace CREATE FUNCTION micromegas._mm_recheck_dependents(
+
+-- The read-only dry run's re-check the same way (its symbol stays for
+-- older scripts, src/pg/legacy.rs).
+DROP FUNCTION micromegas._mm_check_definition_with(text, text, text, text, integer, jsonb, text[], text[], integer[], text[]);
+--@rust _mm_recheck_definition_with
+COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'The same re-check as if the given DDL views had the given schemas, groups and load errors (the read-only dry run)';
+--@replace CREATE FUNCTION micromegas._mm_recheck_read_only(
 
 -- The BEFORE trigger stores it.
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write(

@@ -437,11 +437,12 @@ BEGIN
                          ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
                FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
-    BEGIN
-      checked := micromegas._mm_check_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
-                   dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors);
-    EXCEPTION WHEN OTHERS THEN
-      GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+    -- As the write path: a problem with the dependent itself comes back as
+    -- data (by the error's kind); anything else is raised.
+    SELECT r.schema_ipc, r.problem INTO checked, problem
+      FROM micromegas._mm_recheck_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors) r;
+    IF problem IS NOT NULL THEN
       IF strict THEN
         PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
@@ -465,7 +466,7 @@ BEGIN
         names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
       END LOOP;
       CONTINUE;
-    END;
+    END IF;
     IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
       -- Rewritten: loads, with the schema just computed. Its own after-update
       -- step looks at the row as it is now (this dry run may have marked it).
@@ -693,8 +694,6 @@ COMMENT ON FUNCTION micromegas._mm_caller_is_superuser() IS
   'Whether the role running the statement (outside SECURITY DEFINER functions) is a superuser';
 COMMENT ON FUNCTION micromegas._mm_catalog_state_restore() IS
   'Trigger: on restore, continues the catalog version above the dumped one';
-COMMENT ON FUNCTION micromegas._mm_check_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
-  'The schema a stored definition would have if the given DDL views had the given schemas, groups and load errors, or its validation error (the read-only dry run)';
 COMMENT ON FUNCTION micromegas._mm_check_deny_rule(text) IS
   'Checks a deny rule''s expression (columns, operators, size) and raises its problem';
 COMMENT ON FUNCTION micromegas._mm_check_name(text,text) IS
@@ -787,6 +786,8 @@ COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,i
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
   'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
+COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'The same re-check as if the given DDL views had the given schemas, groups and load errors (the read-only dry run)';
 COMMENT ON FUNCTION micromegas._mm_raise_broken_dependent(text,text,text) IS
   'Raises 2BP01: a change would break a definition that reads the changed one';
 COMMENT ON FUNCTION micromegas._mm_raise_overlap(micromegas.lakehouse_partitions) IS

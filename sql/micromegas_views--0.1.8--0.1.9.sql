@@ -13,7 +13,10 @@
 --   _mm_recheck_definition returns a problem with the definition itself
 --   (its checks and own limits) as data and raises anything else, so the
 --   re-check needs no exception block. A bug (internal error) in a
---   re-check now fails the change instead of marking the dependent.
+--   re-check now fails the change instead of marking the dependent. The
+--   read-only dry run's re-check likewise (_mm_recheck_definition_with
+--   replaces _mm_check_definition_with): it no longer reports a time limit
+--   or an internal error as the dependent being broken.
 ALTER TABLE micromegas.lakehouse_view_set_definitions ADD COLUMN sources_hash bytea;
 COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
   'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
@@ -126,6 +129,100 @@ BEGIN
   IF NOT strict THEN
     PERFORM micromegas._mm_intent_end('lenient');
   END IF;
+END
+$$;
+
+-- The read-only dry run's re-check the same way (its symbol stays for
+-- older scripts, src/pg/legacy.rs).
+DROP FUNCTION micromegas._mm_check_definition_with(text, text, text, text, integer, jsonb, text[], text[], integer[], text[]);
+CREATE FUNCTION micromegas."_mm_recheck_definition_with"(
+	"view_set_name" TEXT, /* String */
+	"extract_query" TEXT, /* String */
+	"count_src_query" TEXT, /* String */
+	"merge_partitions_query" TEXT, /* String */
+	"update_group" INT, /* i32 */
+	"view_options" jsonb, /* JsonB */
+	"names" TEXT[], /* Vec < String > */
+	"schemas" TEXT[], /* Vec < String > */
+	"groups" INT[], /* Vec < i32 > */
+	"errors" TEXT[] /* Vec < Option < String > > */
+) RETURNS TABLE (
+	"schema_ipc" TEXT,  /* Option < String > */
+	"problem" TEXT  /* Option < String > */
+)
+STRICT STABLE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'recheck_definition_with_wrapper';
+COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'The same re-check as if the given DDL views had the given schemas, groups and load errors (the read-only dry run)';
+CREATE OR REPLACE FUNCTION micromegas._mm_recheck_read_only(source text, strict boolean,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep record;
+  down record;
+  checked text;
+  problem text;
+  now_ok boolean;
+  w record;
+BEGIN
+  -- The write path's loop reads the dependents once, as they are when it
+  -- starts.
+  FOR dep IN SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options,
+                    coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+                    CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                         ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
+               FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    -- As the write path: a problem with the dependent itself comes back as
+    -- data (by the error's kind); anything else is raised.
+    SELECT r.schema_ipc, r.problem INTO checked, problem
+      FROM micromegas._mm_recheck_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors) r;
+    IF problem IS NOT NULL THEN
+      IF strict THEN
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+      END IF;
+      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, dep.schema_ipc, dep.update_group,
+        format('no longer valid after "%s" changed: %s', source, problem), names, schemas, groups, errors);
+      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      FOR down IN WITH RECURSIVE downstream(name) AS (
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+                    UNION
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream s WHERE x.reads @> ARRAY[s.name])
+                  SELECT x.view_set_name,
+                         coalesce(schemas[pg_catalog.array_position(names, x.view_set_name)], x.schema_ipc) AS schema_ipc,
+                         x.update_group
+                    FROM micromegas.lakehouse_view_set_definitions x
+                   WHERE x.view_set_name IN (SELECT s.name FROM downstream s)
+                     AND CASE WHEN pg_catalog.array_position(names, x.view_set_name) IS NULL THEN x.load_status <> 'failed'
+                              ELSE errors[pg_catalog.array_position(names, x.view_set_name)] IS NULL END
+                   ORDER BY x.view_set_name LOOP
+        SELECT * INTO w FROM micromegas._mm_dry_write(down.view_set_name, down.schema_ipc, down.update_group,
+          format('reads a view set that failed to load (after "%s" changed)', source), names, schemas, groups, errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      END LOOP;
+      CONTINUE;
+    END IF;
+    IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
+      -- Rewritten: loads, with the schema just computed. Its own after-update
+      -- step looks at the row as it is now (this dry run may have marked it).
+      now_ok := CASE WHEN pg_catalog.array_position(names, dep.view_set_name) IS NULL THEN dep.was_ok
+                     ELSE errors[pg_catalog.array_position(names, dep.view_set_name)] IS NULL END;
+      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, checked, dep.update_group, NULL,
+        names, schemas, groups, errors);
+      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      IF NOT now_ok OR checked IS DISTINCT FROM dep.schema_ipc THEN
+        SELECT * INTO w FROM micromegas._mm_recheck_read_only(dep.view_set_name, now_ok, names, schemas, groups, errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      END IF;
+      IF checked IS DISTINCT FROM dep.schema_ipc THEN
+        PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
+                  (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
+      END IF;
+    END IF;
+  END LOOP;
 END
 $$;
 

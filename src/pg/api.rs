@@ -311,6 +311,74 @@ fn try_prepare_row(
     Ok((key.0, prepared, sources))
 }
 
+/// A stored definition's columns, as a row to validate again.
+fn stored_row(
+    view_set_name: String,
+    extract_query: String,
+    count_src_query: String,
+    merge_partitions_query: String,
+    update_group: i32,
+    view_options: serde_json::Value,
+) -> RowInput {
+    RowInput {
+        view_set_name: Some(view_set_name),
+        definition_sql: None,
+        extract_query: Some(extract_query),
+        count_src_query: Some(count_src_query),
+        merge_partitions_query: Some(merge_partitions_query),
+        update_group: Some(update_group),
+        view_options: Some(view_options),
+    }
+}
+
+/// The dry run's not-yet-written view sets (four parallel arrays).
+pub(super) fn overrides_from(
+    names: Vec<String>,
+    schemas: Vec<String>,
+    groups: Vec<i32>,
+    errors: Vec<Option<String>>,
+) -> Vec<CatalogRow> {
+    let n = names.len();
+    if schemas.len() != n || groups.len() != n || errors.len() != n {
+        pgrx::error!("micromegas_views: names, schemas, groups and errors differ in length");
+    }
+    names
+        .into_iter()
+        .zip(schemas)
+        .zip(groups)
+        .zip(errors)
+        .map(|(((name, schema_ipc), group), load_error)| CatalogRow {
+            name,
+            schema_ipc: Some(schema_ipc),
+            update_group: Some(group),
+            kind: SourceKind::Defined,
+            load_error,
+        })
+        .collect()
+}
+
+/// A re-check of a stored dependent: its schema as it validates now, or
+/// why it does not — an error about the definition itself, by its kind
+/// (`ErrorKind::is_about_the_definition`), never by its text. Any other
+/// error (the time limit, a cancel, a bug; Postgres' own, raised as they
+/// happen) is raised, naming the dependent: it says nothing about the
+/// view, so the change fails instead of marking it.
+fn recheck(row: RowInput, overrides: &[CatalogRow]) -> (Option<String>, Option<String>) {
+    let name = row.view_set_name.clone().unwrap_or_default();
+    match try_prepare_row(row, false, overrides) {
+        Ok((_, prepared, _)) => (Some(prepared.schema_ipc), None),
+        Err(e) if e.kind.is_about_the_definition() => (None, Some(e.message)),
+        Err(mut e) => {
+            let context = format!("While re-checking materialized view \"{name}\".");
+            e.detail = Some(match e.detail.take() {
+                Some(detail) => format!("{detail}\n{context}"),
+                None => context,
+            });
+            raise(e)
+        }
+    }
+}
+
 /// The SQL-callable steps. They are created unqualified, in the extension's
 /// schema (`schema = micromegas` in the control file): a `#[pg_schema]`
 /// module would emit `CREATE SCHEMA IF NOT EXISTS`, which Postgres refuses
@@ -388,54 +456,35 @@ mod micromegas {
         ))
     }
 
-    /// The schema (base64 Arrow IPC) a stored definition would have if the
-    /// DDL view sets `names` had the schemas, groups and load errors (NULL:
-    /// it loads) given beside them, or the error its validation raises: the
-    /// read-only dry run's re-check of a dependent (a hot standby cannot
-    /// write the row to find out).
-    #[pg_extern(stable, name = "_mm_check_definition_with")]
+    /// `_mm_recheck_definition` as if the DDL view sets `names` had the
+    /// schemas, groups and load errors (NULL: it loads) given beside them:
+    /// the read-only dry run's re-check of a dependent (a hot standby
+    /// cannot write the row to find out), told apart the same way.
+    #[pg_extern(stable, name = "_mm_recheck_definition_with")]
     #[allow(clippy::too_many_arguments)]
-    fn check_definition_with(
+    fn recheck_definition_with(
         view_set_name: String,
         extract_query: String,
         count_src_query: String,
         merge_partitions_query: String,
         update_group: i32,
-        view_options: Option<JsonB>,
+        view_options: JsonB,
         names: Vec<String>,
         schemas: Vec<String>,
         groups: Vec<i32>,
         errors: Vec<Option<String>>,
-    ) -> String {
-        let n = names.len();
-        if schemas.len() != n || groups.len() != n || errors.len() != n {
-            pgrx::error!(
-                "_mm_check_definition_with: names, schemas, groups and errors differ in length"
-            );
-        }
-        let overrides: Vec<CatalogRow> = names
-            .into_iter()
-            .zip(schemas)
-            .zip(groups)
-            .zip(errors)
-            .map(|(((name, schema_ipc), group), load_error)| CatalogRow {
-                name,
-                schema_ipc: Some(schema_ipc),
-                update_group: Some(group),
-                kind: SourceKind::Defined,
-                load_error,
-            })
-            .collect();
-        let row = RowInput {
-            view_set_name: Some(view_set_name),
-            definition_sql: None,
-            extract_query: Some(extract_query),
-            count_src_query: Some(count_src_query),
-            merge_partitions_query: Some(merge_partitions_query),
-            update_group: Some(update_group),
-            view_options: view_options.map(|j| j.0),
-        };
-        prepare_row(row, false, &overrides).1.schema_ipc
+    ) -> TableIterator<'static, (name!(schema_ipc, Option<String>), name!(problem, Option<String>))>
+    {
+        let overrides = overrides_from(names, schemas, groups, errors);
+        let row = stored_row(
+            view_set_name,
+            extract_query,
+            count_src_query,
+            merge_partitions_query,
+            update_group,
+            view_options.0,
+        );
+        TableIterator::once(recheck(row, &overrides))
     }
 
     /// A re-check of a stored dependent after a view set it reads changed
@@ -455,20 +504,15 @@ mod micromegas {
         view_options: JsonB,
     ) -> TableIterator<'static, (name!(schema_ipc, Option<String>), name!(problem, Option<String>))>
     {
-        let row = RowInput {
-            view_set_name: Some(view_set_name),
-            definition_sql: None,
-            extract_query: Some(extract_query),
-            count_src_query: Some(count_src_query),
-            merge_partitions_query: Some(merge_partitions_query),
-            update_group: Some(update_group),
-            view_options: Some(view_options.0),
-        };
-        TableIterator::once(match try_prepare_row(row, false, &[]) {
-            Ok((_, prepared, _)) => (Some(prepared.schema_ipc), None),
-            Err(e) if e.kind.is_about_the_definition() => (None, Some(e.message)),
-            Err(e) => raise(e),
-        })
+        let row = stored_row(
+            view_set_name,
+            extract_query,
+            count_src_query,
+            merge_partitions_query,
+            update_group,
+            view_options.0,
+        );
+        TableIterator::once(recheck(row, &[]))
     }
 
     /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF

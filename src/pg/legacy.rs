@@ -1,5 +1,6 @@
 //! The Rust functions of released install scripts that the current one no
-//! longer declares (0.1.3, and `_mm_prepare_definition`'s 0.1.6–0.1.8 symbol). A released script (sql/archive/) names their symbols
+//! longer declares (0.1.3; `_mm_prepare_definition`'s 0.1.6–0.1.8 symbol
+//! and `_mm_check_definition_with`, replaced in 0.1.9). A released script (sql/archive/) names their symbols
 //! (`AS 'MODULE_PATHNAME', '…_wrapper'`), and it must still install and work
 //! against this library: the upgrade test creates each old version, writes
 //! definitions with it, then runs ALTER EXTENSION UPDATE. So they keep their
@@ -11,7 +12,7 @@ use super::errors::OrRaise;
 use super::thread::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
 use micromegas_views_core::prepare::{self, RowInput};
-use super::api::prepare_row;
+use super::api::{overrides_from, prepare_row};
 use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -208,4 +209,34 @@ fn prepare_definition(
         prepared.load_error,
         JsonB(prepared.warnings),
     ))
+}
+
+/// `_mm_check_definition_with` of 0.1.6 to 0.1.8 (0.1.9 declares
+/// `_mm_recheck_definition_with` instead): the schema the definition would
+/// have against the given view sets, or its validation's error, raised.
+#[pg_extern(sql = false, stable)]
+#[allow(clippy::too_many_arguments)]
+fn check_definition_with(
+    view_set_name: String,
+    extract_query: String,
+    count_src_query: String,
+    merge_partitions_query: String,
+    update_group: i32,
+    view_options: Option<JsonB>,
+    names: Vec<String>,
+    schemas: Vec<String>,
+    groups: Vec<i32>,
+    errors: Vec<Option<String>>,
+) -> String {
+    let overrides = overrides_from(names, schemas, groups, errors);
+    let row = RowInput {
+        view_set_name: Some(view_set_name),
+        definition_sql: None,
+        extract_query: Some(extract_query),
+        count_src_query: Some(count_src_query),
+        merge_partitions_query: Some(merge_partitions_query),
+        update_group: Some(update_group),
+        view_options: view_options.map(|j| j.0),
+    };
+    prepare_row(row, false, &overrides).1.schema_ipc
 }
