@@ -43,6 +43,10 @@ pub const DEFAULT_MAX_PLAN_NODES: usize = 10_000;
 /// The highest value `micromegas_views.max_plan_nodes` accepts.
 pub const MAX_MAX_PLAN_NODES: usize = 250_000;
 
+/// The longest `micromegas_views.validation_timeout` accepts, and the
+/// limit of the extension's own re-checks of dependents.
+pub const MAX_VALIDATION_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Stack of the helper thread. Only touched pages are committed.
 pub const STACK_BYTES: usize = 256 * 1024 * 1024;
 /// Helpers alive at once, counting those finishing an abandoned job.
@@ -171,26 +175,41 @@ impl Budget {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone();
-        Some(
-            Error::new(
-                ErrorKind::TimeLimit,
-                format!(
-                    "{phase} exceeded the validation time limit of {} ms",
-                    timeout.as_millis()
-                ),
-            )
-            .with_detail(format!(
-                "Validation stops after micromegas_views.validation_timeout ({} ms).",
-                timeout.as_millis()
-            ))
-            .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s)."),
-        )
+        Some(time_limit_error(&phase, timeout))
     }
 
     /// How long until the deadline (none: no deadline).
     fn remaining(&self) -> Option<Duration> {
         self.deadline
             .map(|d| d.saturating_duration_since(Instant::now()))
+    }
+}
+
+/// `phase` ran out of `timeout`. The hint suggests a longer limit only
+/// when there is one to give: not at the maximum, where a re-check of a
+/// dependent always runs.
+pub fn time_limit_error(phase: &str, timeout: Duration) -> Error {
+    let error = Error::new(
+        ErrorKind::TimeLimit,
+        format!(
+            "{phase} exceeded the validation time limit of {} ms",
+            timeout.as_millis()
+        ),
+    );
+    if timeout >= MAX_VALIDATION_TIMEOUT {
+        error
+            .with_detail(format!(
+                "Validation stops after {} ms, the longest it may take (a re-check of a dependent always runs under it).",
+                timeout.as_millis()
+            ))
+            .with_hint("Simplify the query.")
+    } else {
+        error
+            .with_detail(format!(
+                "Validation stops after micromegas_views.validation_timeout ({} ms).",
+                timeout.as_millis()
+            ))
+            .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s).")
     }
 }
 

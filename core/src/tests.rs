@@ -1643,3 +1643,28 @@ fn a_definitions_own_limits_are_about_it_and_time_is_not() {
         assert!(!kind.is_about_the_definition(), "{kind:?}");
     }
 }
+
+#[test]
+fn the_time_limit_hint_offers_a_longer_limit_only_below_the_maximum() {
+    use crate::isolate::{time_limit_error, MAX_VALIDATION_TIMEOUT};
+    use std::time::Duration;
+    let short = time_limit_error("extract_query", Duration::from_millis(5000));
+    assert_eq!(short.kind, ErrorKind::TimeLimit);
+    assert_eq!(
+        short.message,
+        "extract_query exceeded the validation time limit of 5000 ms"
+    );
+    assert!(short
+        .hint
+        .unwrap()
+        .contains("raise micromegas_views.validation_timeout"));
+    // A re-check of a dependent runs at the maximum: nothing to raise.
+    let longest = time_limit_error("extract_query", MAX_VALIDATION_TIMEOUT);
+    assert_eq!(longest.kind, ErrorKind::TimeLimit);
+    assert_eq!(
+        longest.message,
+        "extract_query exceeded the validation time limit of 60000 ms"
+    );
+    assert_eq!(longest.hint.as_deref(), Some("Simplify the query."));
+    assert!(longest.detail.unwrap().contains("the longest it may take"));
+}

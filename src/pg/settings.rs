@@ -27,12 +27,13 @@
 //! `statement_timeout` and cancellation still apply; the plan-node limit
 //! bounds memory as well as time, so only a superuser may raise it.
 
+use micromegas_views_core::isolate;
 use micromegas_views_core::planner::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::time::Duration;
 
 static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
-const MAX_VALIDATION_TIMEOUT_MS: i32 = 60_000;
+const MAX_VALIDATION_TIMEOUT_MS: i32 = isolate::MAX_VALIDATION_TIMEOUT.as_millis() as i32;
 static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
 static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
 static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
