@@ -276,10 +276,11 @@ fn try_prepare_row(
             None => rows.push(given.clone()),
         }
     }
+    let max_plan_nodes = settings::max_plan_nodes();
     let sources = overrides
         .is_empty()
-        .then(|| prepare::sources_hash(&rows, settings::max_plan_nodes(), env!("CARGO_PKG_VERSION")));
-    let key = (derived, rows, settings::max_plan_nodes());
+        .then(|| prepare::sources_hash(&rows, max_plan_nodes, env!("CARGO_PKG_VERSION")));
+    let key = (derived, rows, max_plan_nodes);
     let reusable = |d: &Derived| {
         !keep_failed && d.parse_error.is_none() && (named || d.or_replace)
     };
@@ -311,14 +312,58 @@ fn try_prepare_row(
     Ok((key.0, prepared, sources))
 }
 
+/// The columns `_mm_prepare_definition` returns: every derived column of
+/// a definitions row, the sources' hash last (0.1.6 to 0.1.8 return all but
+/// that one: src/pg/legacy.rs).
+pub(super) type DefinitionColumns = (
+    String,
+    bool,
+    String,
+    String,
+    String,
+    String,
+    i32,
+    JsonB,
+    String,
+    JsonB,
+    Vec<u8>,
+    Vec<String>,
+    Option<String>,
+    JsonB,
+    Option<Vec<u8>>,
+);
+
+/// `row` derived and validated ([`prepare_row`]), as those columns.
+pub(super) fn definition_columns(row: RowInput, keep_failed: bool) -> DefinitionColumns {
+    let (derived, prepared, sources) = prepare_row(row, keep_failed, &[]);
+    let d = derived.definition;
+    (
+        d.name,
+        derived.or_replace,
+        prepared.definition_sql,
+        d.extract_query,
+        d.count_src_query,
+        d.merge_partitions_query,
+        d.update_group,
+        JsonB(prepared.view_options),
+        prepared.schema_ipc,
+        JsonB(prepared.schema_json),
+        prepared.schema_hash,
+        prepared.reads,
+        prepared.load_error,
+        JsonB(prepared.warnings),
+        sources,
+    )
+}
+
 /// A stored definition's columns, as a row to validate again.
-fn stored_row(
+pub(super) fn stored_row(
     view_set_name: String,
     extract_query: String,
     count_src_query: String,
     merge_partitions_query: String,
     update_group: i32,
-    view_options: serde_json::Value,
+    view_options: Option<serde_json::Value>,
 ) -> RowInput {
     RowInput {
         view_set_name: Some(view_set_name),
@@ -327,7 +372,7 @@ fn stored_row(
         count_src_query: Some(count_src_query),
         merge_partitions_query: Some(merge_partitions_query),
         update_group: Some(update_group),
-        view_options: Some(view_options),
+        view_options,
     }
 }
 
@@ -435,25 +480,7 @@ mod micromegas {
             update_group,
             view_options: view_options.map(|j| j.0),
         };
-        let (derived, prepared, sources) = prepare_row(row, keep_failed, &[]);
-        let d = &derived.definition;
-        TableIterator::once((
-            d.name.clone(),
-            derived.or_replace,
-            prepared.definition_sql,
-            d.extract_query.clone(),
-            d.count_src_query.clone(),
-            d.merge_partitions_query.clone(),
-            d.update_group,
-            JsonB(prepared.view_options),
-            prepared.schema_ipc,
-            JsonB(prepared.schema_json),
-            prepared.schema_hash,
-            prepared.reads,
-            prepared.load_error,
-            JsonB(prepared.warnings),
-            sources,
-        ))
+        TableIterator::once(definition_columns(row, keep_failed))
     }
 
     /// `_mm_recheck_definition` as if the DDL view sets `names` had the
@@ -482,7 +509,7 @@ mod micromegas {
             count_src_query,
             merge_partitions_query,
             update_group,
-            view_options.0,
+            Some(view_options.0),
         );
         TableIterator::once(recheck(row, &overrides))
     }
@@ -510,7 +537,7 @@ mod micromegas {
             count_src_query,
             merge_partitions_query,
             update_group,
-            view_options.0,
+            Some(view_options.0),
         );
         TableIterator::once(recheck(row, &[]))
     }

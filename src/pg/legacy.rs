@@ -12,7 +12,7 @@ use super::errors::OrRaise;
 use super::thread::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
 use micromegas_views_core::prepare::{self, RowInput};
-use super::api::{overrides_from, prepare_row};
+use super::api::{definition_columns, overrides_from, prepare_row, stored_row};
 use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -191,23 +191,38 @@ fn prepare_definition(
         update_group,
         view_options: view_options.map(|j| j.0),
     };
-    let (derived, prepared, _) = prepare_row(row, keep_failed, &[]);
-    let d = &derived.definition;
+    let (
+        name,
+        or_replace,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options,
+        schema_ipc,
+        schema_json,
+        schema_hash,
+        reads,
+        load_error,
+        warnings,
+        _sources_hash,
+    ) = definition_columns(row, keep_failed);
     TableIterator::once((
-        d.name.clone(),
-        derived.or_replace,
-        prepared.definition_sql,
-        d.extract_query.clone(),
-        d.count_src_query.clone(),
-        d.merge_partitions_query.clone(),
-        d.update_group,
-        JsonB(prepared.view_options),
-        prepared.schema_ipc,
-        JsonB(prepared.schema_json),
-        prepared.schema_hash,
-        prepared.reads,
-        prepared.load_error,
-        JsonB(prepared.warnings),
+        name,
+        or_replace,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options,
+        schema_ipc,
+        schema_json,
+        schema_hash,
+        reads,
+        load_error,
+        warnings,
     ))
 }
 
@@ -229,14 +244,13 @@ fn check_definition_with(
     errors: Vec<Option<String>>,
 ) -> String {
     let overrides = overrides_from(names, schemas, groups, errors);
-    let row = RowInput {
-        view_set_name: Some(view_set_name),
-        definition_sql: None,
-        extract_query: Some(extract_query),
-        count_src_query: Some(count_src_query),
-        merge_partitions_query: Some(merge_partitions_query),
-        update_group: Some(update_group),
-        view_options: view_options.map(|j| j.0),
-    };
+    let row = stored_row(
+        view_set_name,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options.map(|j| j.0),
+    );
     prepare_row(row, false, &overrides).1.schema_ipc
 }
