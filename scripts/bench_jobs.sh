@@ -6,7 +6,8 @@
 # throwaway cluster, like ./scripts/bench.sh. Not part of the test suite.
 #   scripts/bench_jobs.sh     MMV_JOBS_ROUNDS=3 MMV_JOBS_CLIENTS=8 MMV_JOBS_SECONDS=6
 # Prints one markdown table: transactions (jobs) per second per round, and
-# each variant over the bare loop of the same round.
+# each variant over the bare loop of the same round. The last two rows commit
+# each claim without waiting for its WAL flush, the bare loop's and ours.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -16,7 +17,8 @@ cd "$root"
 rounds="${MMV_JOBS_ROUNDS:-3}" clients="${MMV_JOBS_CLIENTS:-8}" seconds="${MMV_JOBS_SECONDS:-6}"
 # More jobs than the fastest variant drains in the time (about 6,000/s here).
 jobs=$(( seconds * 15000 ))
-variants=(bare lean_by_hand lean_token_by_hand lean_functions split_functions shipped)
+variants=(bare lean_by_hand lean_token_by_hand lean_functions split_functions shipped
+          bare_unflushed_claims shipped_unflushed_claims)
 cargo pgrx install --profile "${MMV_BENCH_PROFILE:-release}" --pg-config "$PG_CONFIG" $MMV_FEATURES >/dev/null
 "$here/cluster.sh" start >/dev/null
 trap '"$here/cluster.sh" stop' EXIT
@@ -46,6 +48,9 @@ for v in "${variants[@]}"; do
     line+=" $(printf '%.0f' "${tps[$v,$r]}") |"
     ratios+=("$(awk -v a="${tps[$v,$r]}" -v b="${tps[bare,$r]}" 'BEGIN { printf "%.2f", a / b }')")
   done
-  sorted=($(printf '%s\n' "${ratios[@]}" | sort -n))
-  echo "$line ${sorted[$(( ${#sorted[@]} / 2 ))]} (${sorted[0]} – ${sorted[-1]}) |"
+  # The median (of an even number of rounds, the mean of the two middle ones).
+  summary=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 }
+    END { m = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
+          printf "%.2f (%.2f – %.2f)", m, v[1], v[NR] }')
+  echo "$line $summary |"
 done

@@ -1,2 +1,2 @@
 UPDATE ablation.lean j SET state = 'running', worker = 'w' || :client_id, started_at = clock_timestamp(), lease_expires_at = clock_timestamp() + interval '5 min', lease_token_hash = '\x00', attempts = j.attempts + 1 WHERE j.job_id = (SELECT x.job_id FROM ablation.lean x WHERE x.state = 'queued' ORDER BY x.created_at LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING j.job_id AS jid \gset
-UPDATE ablation.lean x SET state = 'done', lease_expires_at = NULL, lease_token_hash = NULL, finished_at = clock_timestamp() WHERE x.job_id = :jid::uuid AND x.state = 'running';
+UPDATE ablation.lean x SET state = 'done', lease_expires_at = NULL, lease_token_hash = NULL, finished_at = clock_timestamp() WHERE x.job_id = :jid::uuid AND x.state = 'running' RETURNING x.state \gset
