@@ -293,13 +293,11 @@ $$;
 
 CREATE FUNCTION micromegas._mm_audience_grants_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  r record;
 BEGIN
-  IF TG_OP = 'DELETE' THEN r := OLD; ELSE r := NEW; END IF;
+  -- Only what changed and the version, as for the deny list: any role may
+  -- LISTEN, and a grant names people and audiences that readers may not see.
   PERFORM pg_notify('micromegas_audience_grants', json_build_object(
-    'op', lower(TG_OP), 'audience', r.audience, 'axis', r.axis, 'selector', r.selector,
-    'version', (SELECT a.audience_grants_version FROM micromegas.access_state a))::text);
+    'op', lower(TG_OP), 'version', (SELECT a.audience_grants_version FROM micromegas.access_state a))::text);
   RETURN NULL;
 END
 $$;

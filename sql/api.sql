@@ -565,6 +565,7 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.author_check_requirements
 -- Partitions and queued files are data (sql/partitions.sql).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_partitions', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.temporary_files', '');
+SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');
 -- Definition history (sql/history.sql), but for the rows CREATE EXTENSION
 -- writes (it writes them again).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.lakehouse_view_set_definition_history',
@@ -603,7 +604,7 @@ COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, ti
 COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
   'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
-  'The daemon claims expired files of retired partitions (commit after deleting them)';
+  'The daemon claims expired files of retired partitions that no partition references (READ COMMITTED; commit after deleting them)';
 COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
   'Every version of a view: operation, catalog version, who and when';
 COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
@@ -728,8 +729,6 @@ COMMENT ON FUNCTION micromegas._mm_drop(text,boolean) IS
   'Drops a definition by name (the two mm_drop_view forms call it), reporting the retired partitions';
 COMMENT ON FUNCTION micromegas._mm_expire_leases() IS
   'Requeues (or fails, past job_max_attempts) the running jobs whose lease expired; returns how many';
-COMMENT ON FUNCTION micromegas._mm_file_bucket(text) IS
-  'The advisory-lock bucket (of 64) a file path belongs to';
 COMMENT ON FUNCTION micromegas._mm_file_expiration() IS
   'When a file queued now may be deleted: now plus micromegas_views.file_retention';
 COMMENT ON FUNCTION micromegas._mm_file_retention_seconds() IS
@@ -768,8 +767,6 @@ COMMENT ON FUNCTION micromegas._mm_loading(timestamp with time zone) IS
   'Whether an INSERT is a superuser loading a dumped row (pg_restore): it keeps its audit columns';
 COMMENT ON FUNCTION micromegas._mm_lock_catalog() IS
   'Takes the catalog lock (the catalog_state row) and returns the catalog version';
-COMMENT ON FUNCTION micromegas._mm_lock_file_buckets(integer[]) IS
-  'Takes the advisory locks of the file buckets, in one call and one order';
 COMMENT ON FUNCTION micromegas._mm_name_taken(text,boolean,boolean) IS
   'Whether a definition replaces a stored one; refuses a built-in''s name and a plain CREATE of an existing view';
 COMMENT ON FUNCTION micromegas._mm_next_version() IS
@@ -781,7 +778,7 @@ COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
 COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time zone,timestamp with time zone,bytea) IS
   'A partition named in messages: view set/instance [begin, end) schema_hash';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
-  'Trigger: queues the files no partition references any more, and takes a file out of the queue when one does again';
+  'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
@@ -999,6 +996,8 @@ COMMENT ON COLUMN micromegas.removed_shipped_rows.view_set_name IS 'The removed 
 COMMENT ON COLUMN micromegas.temporary_files.file_path IS 'A file no partition references';
 COMMENT ON COLUMN micromegas.temporary_files.file_size IS 'Its size in bytes';
 COMMENT ON COLUMN micromegas.temporary_files.expiration IS 'When the daemon may delete it (mm_expired_files)';
+COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
 COMMENT ON COLUMN micromegas.view_change.view_set_name IS 'The view';
 COMMENT ON COLUMN micromegas.view_change.status IS 'What happened';
 COMMENT ON COLUMN micromegas.view_change.version IS 'The catalog version';

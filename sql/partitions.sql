@@ -81,60 +81,77 @@ END
 $$;
 
 -- <file queue>
--- Writers of partitions take turns per file path, through 64 lock buckets
--- of the path's hash: a statement holds at most 64 advisory locks however
--- many partitions it writes or retires (one lock per path ran out of
--- shared memory for a bulk insert or a DROP of a large view), at the cost
--- of two writers of unrelated files waiting for each other 1 time in 64.
--- Locks are (class, bucket) pairs, the class this extension's own.
-CREATE FUNCTION micromegas._mm_file_bucket(file_path text) RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT pg_catalog.hashtext($1) & 63
-$$;
+-- Who is working on a file path, and which files were handed out for
+-- deletion. A statement that writes or retires partitions takes each path
+-- it touches by inserting a row here, in path order, and deletes it again
+-- before it returns: the row is dead once the transaction ends, but until
+-- then another transaction inserting the same path waits for this one to
+-- end (a unique index waits for an insert in flight). The daemon's claim
+-- inserts a row that stays (handed_out_at set): a writer that would put a
+-- handed-out file back in use meets it and is refused, whether it came
+-- before the claim committed or after. Rows, not advisory locks: no role but
+-- the extension's own functions can write this table, so no session can
+-- hold a path (advisory locks are open to anyone), and a wait is a
+-- transaction's, released with it whatever ends it.
+CREATE TABLE micromegas.file_claims (
+  file_path varchar(2047) PRIMARY KEY,
+  -- NULL: a statement's own row, deleted by it; otherwise when the file was
+  -- handed out for deletion (kept for micromegas_views.file_retention).
+  handed_out_at timestamptz
+);
+COMMENT ON TABLE micromegas.file_claims IS
+  'File paths being written or retired (rows deleted by their own transaction) and files handed out for deletion';
 
--- Holds the buckets' locks until the transaction ends, in bucket order (no
--- deadlock between two writers).
-CREATE FUNCTION micromegas._mm_lock_file_buckets(buckets integer[]) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  b integer;
-BEGIN
-  FOREACH b IN ARRAY coalesce(buckets, '{}') LOOP
-    PERFORM pg_catalog.pg_advisory_xact_lock(1835890278, b);
-  END LOOP;
-END
-$$;
 -- The file queue follows what the partitions reference, whatever wrote
 -- them: a file a statement took out of use (the file of a deleted
 -- partition, the old file of one whose file_path an UPDATE changed) goes to
 -- temporary_files once, and only when no remaining partition references it
 -- (two partitions may share a file); a file a statement put (back) in use
 -- (a swap writing back a partition it retired, a service re-inserting one)
--- leaves the queue. Empty partitions have no file.
+-- leaves the queue, unless the daemon was handed it for deletion: then the
+-- statement is refused. Empty partitions have no file.
 CREATE FUNCTION micromegas._mm_partitions_queue_files() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  buckets integer[];
+  paths text[];
+  taken text[];
+  lost text;
 BEGIN
-  -- One transaction at a time per file path (bucket), every bucket of the
-  -- statement locked in one call, so two writers of partitions sharing a
-  -- file, or a writer and a retirement, each see the other's committed rows
-  -- in the checks below. (A transition table exists only for its own event:
-  -- each is read only there.)
+  -- (A transition table exists only for its own event: each is read only
+  -- there.)
   IF TG_OP = 'INSERT' THEN
-    buckets := ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(b.file_path) FROM born b
-                      WHERE b.file_path IS NOT NULL ORDER BY 1);
+    paths := ARRAY(SELECT DISTINCT b.file_path FROM born b WHERE b.file_path IS NOT NULL ORDER BY 1);
   ELSIF TG_OP = 'DELETE' THEN
-    buckets := ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(g.file_path) FROM gone g
-                      WHERE g.file_path IS NOT NULL ORDER BY 1);
+    paths := ARRAY(SELECT DISTINCT g.file_path FROM gone g WHERE g.file_path IS NOT NULL ORDER BY 1);
   ELSE
-    buckets := ARRAY(SELECT micromegas._mm_file_bucket(b.file_path) FROM born b WHERE b.file_path IS NOT NULL
-                     UNION
-                     SELECT micromegas._mm_file_bucket(g.file_path) FROM gone g WHERE g.file_path IS NOT NULL
-                     ORDER BY 1);
+    paths := ARRAY(SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL
+                   UNION
+                   SELECT g.file_path FROM gone g WHERE g.file_path IS NOT NULL
+                   ORDER BY 1);
   END IF;
-  PERFORM micromegas._mm_lock_file_buckets(buckets);
+  IF cardinality(paths) = 0 THEN
+    RETURN NULL;
+  END IF;
+  -- One transaction at a time per path, in path order (two writers of
+  -- partitions sharing a file, or a writer and a retirement, each see the
+  -- other's committed rows in the checks below; the daemon's claim waits
+  -- for them). A path not taken is one handed out for deletion.
+  WITH mine AS (
+    INSERT INTO micromegas.file_claims AS c (file_path)
+    SELECT p FROM unnest(paths) p ORDER BY p
+    ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(m.file_path::text), '{}') INTO taken FROM mine m;
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
+    SELECT b.file_path INTO lost FROM born b
+     WHERE b.file_path IS NOT NULL AND NOT b.file_path = ANY (taken)
+     ORDER BY 1 LIMIT 1;
+    IF FOUND THEN
+      RAISE EXCEPTION 'file % was handed out for deletion', lost
+        USING ERRCODE = 'object_not_in_prerequisite_state',
+              DETAIL = 'The file daemon claimed it (mm_expired_files): it is being deleted, or is gone.',
+              HINT = 'Write the partition''s data to a new file.';
+    END IF;
     DELETE FROM micromegas.temporary_files t
      WHERE t.file_path IN (SELECT b.file_path FROM born b WHERE b.file_path IS NOT NULL);
   END IF;
@@ -146,6 +163,8 @@ BEGIN
        AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = g.file_path)
      ORDER BY g.file_path, g.file_size DESC NULLS LAST;
   END IF;
+  -- Our rows go: dead when this transaction ends, whatever ends it.
+  DELETE FROM micromegas.file_claims c WHERE c.file_path = ANY (taken) AND c.handed_out_at IS NULL;
   RETURN NULL;
 END
 $$;
@@ -170,7 +189,10 @@ CREATE TRIGGER partitions_no_truncate
 -- session's TimeZone.
 CREATE FUNCTION micromegas._mm_time_text(t timestamptz) RETURNS text
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT coalesce(regexp_replace(to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '\.?0+$', '') || 'Z', 'NULL')
+  SELECT CASE WHEN t IS NULL THEN 'NULL'
+              WHEN NOT isfinite(t) THEN t::text
+              ELSE regexp_replace(to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '\.?0+$', '') || 'Z'
+                   || CASE WHEN t AT TIME ZONE 'UTC' < '0001-01-01 00:00'::timestamp THEN ' BC' ELSE '' END END
 $$;
 
 CREATE FUNCTION micromegas._mm_partition_label(
@@ -348,52 +370,71 @@ END
 $$;
 
 -- The daemon's claim of expired files: deletes up to max_files expired rows
--- and returns those it may delete. A file that a partition references again
--- (written back after it was queued) leaves the queue and is not returned:
--- no live file is ever handed out. Rows another transaction holds are
--- skipped, so two daemons never get the same file. Call it in a transaction
--- and commit after deleting the files: a daemon that dies first gives them
--- back.
+-- and returns those it may delete. Each returned file is recorded as handed
+-- out (micromegas.file_claims) only after every writer or retirement of its
+-- path in flight has ended, and only if no partition references it then:
+-- no file a live partition references is ever handed out, and a writer that
+-- would put it back in use later is refused. Rows another transaction holds
+-- are skipped, and a path is handed out once, so two daemons never get the
+-- same file. Call it in a READ COMMITTED transaction and commit after
+-- deleting the files: a daemon that dies first gives them back (and a
+-- writer of one of those paths waits for that).
 CREATE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
 RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
-  rows tid[];
-  b integer;
+  claimed micromegas.temporary_files[];
+  fresh text[];
+  live text[];
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
-  -- Wait for the writers in flight on the candidates' buckets (taking each
-  -- lock and letting it go at once: holding them while the daemon deletes
-  -- the objects would stall every writer), so that a partition written
-  -- with one of these files is committed before the check below. Before
-  -- any queue row is locked: a writer holds its bucket and then waits for
-  -- the queue row of its file, so the other order could deadlock.
-  FOREACH b IN ARRAY ARRAY(SELECT DISTINCT micromegas._mm_file_bucket(c.file_path)
-                             FROM (SELECT y.file_path FROM micromegas.temporary_files y WHERE y.expiration <= now()
-                                    ORDER BY y.expiration LIMIT max_files) c
-                            ORDER BY 1) LOOP
-    PERFORM pg_catalog.pg_advisory_lock(1835890278, b);
-    PERFORM pg_catalog.pg_advisory_unlock(1835890278, b);
-  END LOOP;
-  SELECT array_agg(x.ctid) INTO rows
-    FROM (SELECT y.ctid FROM micromegas.temporary_files y
-           WHERE y.expiration <= now()
-           ORDER BY y.expiration
-           LIMIT max_files
-             FOR UPDATE SKIP LOCKED) x;
+  -- The check below must see what the writers it waited for committed: a
+  -- snapshot per statement.
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'mm_expired_files: call it in a READ COMMITTED transaction, not %',
+        pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+      USING ERRCODE = 'invalid_transaction_state',
+            HINT = 'Its check that no partition references a file must see the writers it waited for.';
+  END IF;
+  -- Handed-out records older than the retention go.
+  DELETE FROM micromegas.file_claims c
+   WHERE c.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds());
+  WITH picked AS (
+    DELETE FROM micromegas.temporary_files t
+     WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
+                                WHERE y.expiration <= now()
+                                ORDER BY y.expiration
+                                LIMIT max_files
+                                  FOR UPDATE SKIP LOCKED))
+    RETURNING t.*)
+  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p;
+  -- Record them as handed out, in path order: each insert waits for the
+  -- writers and retirements of its path in flight; a path already handed
+  -- out (by another daemon) is not inserted.
+  WITH handed AS (
+    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at)
+    SELECT DISTINCT x.file_path, now() FROM unnest(claimed) x ORDER BY 1
+    ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
+  -- A file a partition references (now, those writers committed) is not
+  -- handed out: its queue row is gone with the rest, and its record too.
+  -- What is returned is exactly what stays recorded.
+  WITH referenced AS (
+    DELETE FROM micromegas.file_claims c
+     WHERE c.file_path = ANY (fresh)
+       AND EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(r.file_path::text), '{}') INTO live FROM referenced r;
   RETURN QUERY
-    WITH claimed AS (
-      DELETE FROM micromegas.temporary_files t
-       WHERE t.ctid = ANY (rows)
-      RETURNING t.file_path, t.file_size, t.expiration)
-    SELECT DISTINCT ON (c.file_path) c.file_path::text, c.file_size, c.expiration
-      FROM claimed c
-     WHERE NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
-     ORDER BY c.file_path, c.expiration;
+    SELECT DISTINCT ON (x.file_path) x.file_path::text, x.file_size, x.expiration
+      FROM unnest(claimed) x
+     WHERE x.file_path = ANY (fresh) AND NOT x.file_path = ANY (live)
+     ORDER BY x.file_path, x.expiration;
 END
 $$;
 

@@ -88,6 +88,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('table', 'removed_shipped_rows',                   '', '', '', 'SELECT, INSERT, DELETE'),
     ('table', 'lakehouse_partitions',                   '', 'SELECT', 'INSERT, UPDATE, DELETE', ''),
     ('table', 'temporary_files',                        '', 'SELECT', 'INSERT, DELETE', ''),
+    ('table', 'file_claims',                            '', '', '', ''),
     ('table', 'view_set_schema_hashes',                 '', 'SELECT', '', ''),
     ('table', 'jobs',                                   '', 'SELECT', '', ''),
     ('table', 'access_state',                           '', '', '', ''),

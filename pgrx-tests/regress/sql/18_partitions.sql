@@ -99,6 +99,20 @@ RESET micromegas_views.file_retention;
 SELECT file_path, file_size FROM micromegas.mm_expired_files(10);
 SELECT count(*) AS claimed_again FROM micromegas.mm_expired_files(10);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_expired_files(0)$$);
+-- A file handed out for deletion is recorded, and a partition cannot put it
+-- back in use (0.1.10): the writer is refused and nothing is written.
+SELECT count(*) AS handed_out FROM micromegas.file_claims WHERE handed_out_at IS NOT NULL;
+SELECT sqlstate, message, detail, hint FROM mmv_try($$
+  SELECT micromegas.mm_write_partition('p_logs', 'proc-9', '2030-01-01', '2030-01-02', NULL, NULL,
+    (SELECT min(c.file_path) FROM micromegas.file_claims c WHERE c.handed_out_at IS NOT NULL), 1, '\x01', NULL, 1)$$);
+SELECT count(*) AS proc_9 FROM micromegas.lakehouse_partitions WHERE view_instance_id = 'proc-9';
+-- Its check must see the writers it waited for: READ COMMITTED only.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT sqlstate, message, hint FROM mmv_try($$SELECT * FROM micromegas.mm_expired_files(10)$$);
+ROLLBACK;
+-- Times in messages: infinite ones by name, BC ones with their era.
+SELECT micromegas._mm_time_text('-infinity') AS minus_infinity, micromegas._mm_time_text('infinity') AS plus_infinity,
+       micromegas._mm_time_text('0044-03-15 12:00+00 BC') AS bc;
 DELETE FROM micromegas.temporary_files;
 
 -- 7. Incompatible partitions: a REPLACE that changes the schema says how
