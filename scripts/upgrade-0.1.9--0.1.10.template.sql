@@ -10,10 +10,18 @@
 --   row existed before its lock (waiting on the overlap guard) or a second
 --   daemon skipping the first's rows could see a file a live partition
 --   references handed out for deletion; two queue rows of one path could
---   be handed to two daemons. mm_expired_files now requires READ COMMITTED.
+--   be handed to two daemons. mm_expired_files now requires READ COMMITTED,
+--   and takes a path before its queue rows (the writers' order). A record
+--   stays until every transaction in flight at the claim has ended. Call it
+--   in a transaction of its own and delete the objects after it commits.
 -- * an audience grant's notification carries only the operation and the
 --   version: any role may LISTEN, and a grant names people and audiences.
 -- * messages name an infinite time as infinity and a BC one with its era.
+-- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
+--   remove_query_denial(NULL) says no id was given; a worker name or deny
+--   reason of tabs and newlines is blank.
+-- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
+--   they run, as DataFusion's planner does.
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
 DROP TRIGGER partitions_queue_replaced_files ON micromegas.lakehouse_partitions;
 DROP TRIGGER partitions_unqueue_files ON micromegas.lakehouse_partitions;
@@ -23,16 +31,27 @@ DROP FUNCTION micromegas._mm_file_bucket(text);
 --@verbatim partitions.sql:file queue
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');
 
 --@replace CREATE FUNCTION micromegas.mm_expired_files(
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
-  'The daemon claims expired files of retired partitions that no partition references (READ COMMITTED; commit after deleting them)';
+  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
 
 --@replace CREATE FUNCTION micromegas._mm_audience_grants_notify(
 --@replace CREATE FUNCTION micromegas._mm_time_text(
 
+-- Bad input named: a NULL job id or rule id, a blank worker name or deny
+-- reason made of tabs or newlines.
+--@replace CREATE FUNCTION micromegas.remove_query_denial(
+--@replace CREATE FUNCTION micromegas._mm_deny_list_before_write(
+--@replace CREATE FUNCTION micromegas.mm_claim_jobs(
+--@replace CREATE FUNCTION micromegas._mm_held_job(
+--@replace CREATE FUNCTION micromegas.mm_cancel_job(
+--@replace CREATE FUNCTION micromegas.mm_job(
+
 -- Privileges, from the matrix (a new table, functions created again).
+--@replace CREATE FUNCTION micromegas.mm_privilege_matrix(
 SELECT micromegas._mm_apply_privileges();

@@ -93,7 +93,7 @@ BEGIN
       USING ERRCODE = 'feature_not_supported',
             HINT = 'Remove the rule and add a new one.';
   END IF;
-  IF NEW.reason IS NULL OR btrim(NEW.reason) = '' THEN
+  IF NEW.reason IS NULL OR btrim(NEW.reason, E' \t\n\r\f\v') = '' THEN
     RAISE EXCEPTION 'reason must not be empty'
       USING ERRCODE = 'invalid_parameter_value',
             HINT = 'Say why the queries are denied: it is stored with the rule and shown to a denied caller.';
@@ -174,6 +174,9 @@ DECLARE
   on_primary boolean := micromegas._mm_require_writable('remove_query_denial');
   id uuid;
 BEGIN
+  IF rule_id IS NULL THEN
+    RETURN 'ERROR: no rule id given (NULL)';
+  END IF;
   BEGIN
     id := rule_id::uuid;
   EXCEPTION WHEN invalid_text_representation THEN

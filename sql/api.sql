@@ -604,7 +604,7 @@ COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, ti
 COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
   'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
-  'The daemon claims expired files of retired partitions that no partition references (READ COMMITTED; commit after deleting them)';
+  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
 COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
   'Every version of a view: operation, catalog version, who and when';
 COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
@@ -998,6 +998,7 @@ COMMENT ON COLUMN micromegas.temporary_files.file_size IS 'Its size in bytes';
 COMMENT ON COLUMN micromegas.temporary_files.expiration IS 'When the daemon may delete it (mm_expired_files)';
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
 COMMENT ON COLUMN micromegas.view_change.view_set_name IS 'The view';
 COMMENT ON COLUMN micromegas.view_change.status IS 'What happened';
 COMMENT ON COLUMN micromegas.view_change.version IS 'The catalog version';

@@ -238,7 +238,7 @@ BEGIN
   IF pg_catalog.pg_is_in_recovery() THEN
     PERFORM micromegas._mm_require_writable('mm_claim_jobs');
   END IF;
-  IF coalesce(btrim(worker), '') = '' THEN
+  IF coalesce(btrim(worker, E' \t\n\r\f\v'), '') = '' THEN
     RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 1000 THEN
@@ -285,6 +285,9 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   j micromegas.jobs;
 BEGIN
+  IF id IS NULL THEN
+    RAISE EXCEPTION 'a job_id is required, not NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
   SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = id FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist', id USING ERRCODE = 'no_data_found';
@@ -389,6 +392,9 @@ DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_cancel_job');
   j micromegas.jobs;
 BEGIN
+  IF $1 IS NULL THEN
+    RAISE EXCEPTION 'mm_cancel_job: job_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
   SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
@@ -410,6 +416,9 @@ $$;
 CREATE FUNCTION micromegas.mm_job(job_id uuid) RETURNS SETOF micromegas.jobs
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
+  IF $1 IS NULL THEN
+    RAISE EXCEPTION 'mm_job: job_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
   RETURN QUERY SELECT * FROM micromegas.jobs x WHERE x.job_id = $1;
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';

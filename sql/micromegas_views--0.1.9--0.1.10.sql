@@ -10,10 +10,18 @@
 --   row existed before its lock (waiting on the overlap guard) or a second
 --   daemon skipping the first's rows could see a file a live partition
 --   references handed out for deletion; two queue rows of one path could
---   be handed to two daemons. mm_expired_files now requires READ COMMITTED.
+--   be handed to two daemons. mm_expired_files now requires READ COMMITTED,
+--   and takes a path before its queue rows (the writers' order). A record
+--   stays until every transaction in flight at the claim has ended. Call it
+--   in a transaction of its own and delete the objects after it commits.
 -- * an audience grant's notification carries only the operation and the
 --   version: any role may LISTEN, and a grant names people and audiences.
 -- * messages name an infinite time as infinity and a BC one with its era.
+-- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
+--   remove_query_denial(NULL) says no id was given; a worker name or deny
+--   reason of tabs and newlines is blank.
+-- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
+--   they run, as DataFusion's planner does.
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
 DROP TRIGGER partitions_queue_replaced_files ON micromegas.lakehouse_partitions;
 DROP TRIGGER partitions_unqueue_files ON micromegas.lakehouse_partitions;
@@ -35,8 +43,13 @@ DROP FUNCTION micromegas._mm_file_bucket(text);
 CREATE TABLE micromegas.file_claims (
   file_path varchar(2047) PRIMARY KEY,
   -- NULL: a statement's own row, deleted by it; otherwise when the file was
-  -- handed out for deletion (kept for micromegas_views.file_retention).
-  handed_out_at timestamptz
+  -- handed out for deletion.
+  handed_out_at timestamptz,
+  -- The claim's transaction horizon (pg_snapshot_xmax when it handed the
+  -- file out): the record stays until every transaction in flight then has
+  -- ended (a writer whose row waited on the overlap guard may not have
+  -- reached its trigger yet), and at least micromegas_views.file_retention.
+  handed_out_horizon xid8
 );
 COMMENT ON TABLE micromegas.file_claims IS
   'File paths being written or retired (rows deleted by their own transaction) and files handed out for deletion';
@@ -78,7 +91,7 @@ BEGIN
   WITH mine AS (
     INSERT INTO micromegas.file_claims AS c (file_path)
     SELECT p FROM unnest(paths) p ORDER BY p
-    ON CONFLICT (file_path) DO NOTHING
+    ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
     RETURNING c.file_path)
   SELECT coalesce(array_agg(m.file_path::text), '{}') INTO taken FROM mine m;
   IF TG_OP IN ('INSERT', 'UPDATE') THEN
@@ -121,6 +134,7 @@ CREATE TRIGGER partitions_unqueue_files
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_queue_files();
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');
@@ -130,9 +144,10 @@ RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
-  claimed micromegas.temporary_files[];
+  candidates text[];
   fresh text[];
-  live text[];
+  claimed micromegas.temporary_files[];
+  dropped text[];
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
@@ -146,45 +161,67 @@ BEGIN
       USING ERRCODE = 'invalid_transaction_state',
             HINT = 'Its check that no partition references a file must see the writers it waited for.';
   END IF;
-  -- Handed-out records older than the retention go.
+  -- Records past both the retention and their horizon go (a horizon ahead
+  -- of this cluster's transactions came from another one, by a restore).
+  -- Rows another daemon is purging are left to it.
   DELETE FROM micromegas.file_claims c
-   WHERE c.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds());
+   WHERE c.ctid = ANY (ARRAY(
+           SELECT x.ctid FROM micromegas.file_claims x
+            WHERE x.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds())
+              AND (x.handed_out_horizon <= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+                   OR x.handed_out_horizon > pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))
+              FOR UPDATE SKIP LOCKED));
+  -- The candidates: the paths of the oldest expired queue rows no other
+  -- transaction holds (another daemon's, a writer's). Their locks are taken
+  -- only to skip the held rows, and let go at once (the block's rollback):
+  -- holding a queue row while waiting for a writer below, who may be
+  -- waiting for that row, would deadlock.
+  BEGIN
+    candidates := ARRAY(SELECT DISTINCT c.file_path FROM (
+                          SELECT y.file_path FROM micromegas.temporary_files y
+                           WHERE y.expiration <= now() ORDER BY y.expiration LIMIT max_files
+                             FOR UPDATE SKIP LOCKED) c);
+    RAISE EXCEPTION USING ERRCODE = 'MMV01';
+  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+    NULL;
+  END;
+  -- Their records, in path order: each insert waits for the writers of its
+  -- path in flight; a path already handed out is not recorded again.
+  WITH handed AS (
+    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at, handed_out_horizon)
+    SELECT p, now(), pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
+      FROM unnest(candidates) p ORDER BY p
+    ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
+  -- Then their expired queue rows, skipping those another transaction holds.
   WITH picked AS (
     DELETE FROM micromegas.temporary_files t
      WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
-                                WHERE y.expiration <= now()
-                                ORDER BY y.expiration
-                                LIMIT max_files
+                                WHERE y.expiration <= now() AND y.file_path = ANY (fresh)
                                   FOR UPDATE SKIP LOCKED))
     RETURNING t.*)
   SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p;
-  -- Record them as handed out, in path order: each insert waits for the
-  -- writers and retirements of its path in flight; a path already handed
-  -- out (by another daemon) is not inserted.
-  WITH handed AS (
-    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at)
-    SELECT DISTINCT x.file_path, now() FROM unnest(claimed) x ORDER BY 1
-    ON CONFLICT (file_path) DO NOTHING
-    RETURNING c.file_path)
-  SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
-  -- A file a partition references (now, those writers committed) is not
-  -- handed out: its queue row is gone with the rest, and its record too.
-  -- What is returned is exactly what stays recorded.
-  WITH referenced AS (
+  -- A path with no queue row taken, or that a partition references (now,
+  -- the writers it waited for committed), is not handed out: its record
+  -- goes (its queue rows too, when it is in use). What is returned is
+  -- exactly what stays recorded.
+  WITH unclaimed AS (
     DELETE FROM micromegas.file_claims c
      WHERE c.file_path = ANY (fresh)
-       AND EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
+       AND (NOT EXISTS (SELECT 1 FROM unnest(claimed) x WHERE x.file_path = c.file_path)
+            OR EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path))
     RETURNING c.file_path)
-  SELECT coalesce(array_agg(r.file_path::text), '{}') INTO live FROM referenced r;
+  SELECT coalesce(array_agg(u.file_path::text), '{}') INTO dropped FROM unclaimed u;
   RETURN QUERY
     SELECT DISTINCT ON (x.file_path) x.file_path::text, x.file_size, x.expiration
       FROM unnest(claimed) x
-     WHERE x.file_path = ANY (fresh) AND NOT x.file_path = ANY (live)
+     WHERE NOT x.file_path = ANY (dropped)
      ORDER BY x.file_path, x.expiration;
 END
 $$;
 COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
-  'The daemon claims expired files of retired partitions that no partition references (READ COMMITTED; commit after deleting them)';
+  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
 
 CREATE OR REPLACE FUNCTION micromegas._mm_audience_grants_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -204,5 +241,256 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
                    || CASE WHEN t AT TIME ZONE 'UTC' < '0001-01-01 00:00'::timestamp THEN ' BC' ELSE '' END END
 $$;
 
+-- Bad input named: a NULL job id or rule id, a blank worker name or deny
+-- reason made of tabs or newlines.
+CREATE OR REPLACE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('remove_query_denial');
+  id uuid;
+BEGIN
+  IF rule_id IS NULL THEN
+    RETURN 'ERROR: no rule id given (NULL)';
+  END IF;
+  BEGIN
+    id := rule_id::uuid;
+  EXCEPTION WHEN invalid_text_representation THEN
+    RETURN format('ERROR: ''%s'' is not a valid rule id', rule_id);
+  END;
+  DELETE FROM micromegas.query_deny_list q WHERE q.rule_id = id;
+  IF FOUND THEN
+    RETURN format('SUCCESS: removed rule %s', id);
+  END IF;
+  RETURN format('ERROR: no such rule: %s', id);
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_deny_list_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  cap integer;
+  held bigint;
+BEGIN
+  UPDATE micromegas.access_state SET deny_list_version = deny_list_version + 1;
+  IF TG_OP = 'DELETE' THEN
+    -- Its hit time goes too, unless a service is recording one right now
+    -- (never waited for: the listings only show hits of existing rules).
+    DELETE FROM micromegas.query_deny_hits h
+     WHERE h.ctid = ANY (ARRAY(SELECT x.ctid FROM micromegas.query_deny_hits x
+                                WHERE x.rule_id = OLD.rule_id FOR UPDATE SKIP LOCKED));
+    RETURN OLD;
+  END IF;
+  IF TG_OP = 'UPDATE' AND (NEW.rule_id, NEW.created_at, NEW.created_by)
+                          IS DISTINCT FROM (OLD.rule_id, OLD.created_at, OLD.created_by) THEN
+    RAISE EXCEPTION 'cannot change the id or creation of deny rule %', OLD.rule_id
+      USING ERRCODE = 'feature_not_supported',
+            HINT = 'Remove the rule and add a new one.';
+  END IF;
+  IF NEW.reason IS NULL OR btrim(NEW.reason, E' \t\n\r\f\v') = '' THEN
+    RAISE EXCEPTION 'reason must not be empty'
+      USING ERRCODE = 'invalid_parameter_value',
+            HINT = 'Say why the queries are denied: it is stored with the rule and shown to a denied caller.';
+  END IF;
+  IF TG_OP = 'INSERT' OR NEW.match_expr IS DISTINCT FROM OLD.match_expr THEN
+    PERFORM micromegas._mm_check_deny_rule(NEW.match_expr);
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    IF NOT micromegas._mm_keeps_creation(NEW.created_at, NEW.created_by) THEN
+      NEW.created_at := clock_timestamp();
+      NEW.created_by := micromegas._mm_actor();
+    END IF;
+    cap := micromegas._mm_deny_max_rules();
+    SELECT count(*) INTO held FROM micromegas.query_deny_list;
+    IF held >= cap THEN
+      RAISE EXCEPTION 'the query deny list is full: it holds % rules, the limit is %', held, cap
+        USING ERRCODE = 'program_limit_exceeded',
+              HINT = 'Remove a rule with remove_query_denial(rule_id), or have a superuser raise micromegas_views.query_deny_max_rules.';
+    END IF;
+  END IF;
+  RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  ids uuid[];
+BEGIN
+  -- On a standby the refusal that names the operation; on the primary one
+  -- built-in call, not a nested function with its own search_path (#28).
+  IF pg_catalog.pg_is_in_recovery() THEN
+    PERFORM micromegas._mm_require_writable('mm_claim_jobs');
+  END IF;
+  IF coalesce(btrim(worker, E' \t\n\r\f\v'), '') = '' THEN
+    RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 1000 THEN
+    RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF EXISTS (SELECT 1 FROM micromegas.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now_ts) THEN
+    PERFORM micromegas._mm_expire_leases();
+  END IF;
+  ids := ARRAY(SELECT x.job_id FROM micromegas.jobs x
+                WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+                ORDER BY x.created_at LIMIT max_jobs
+                  FOR UPDATE SKIP LOCKED);
+  IF cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+    UPDATE micromegas.jobs j
+       SET state = 'running', worker = mm_claim_jobs.worker, started_at = clock_timestamp(),
+           lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           lease_token_hash = micromegas._mm_lease_hash(p.token),
+           attempts = j.attempts + 1
+      FROM (SELECT i.job_id, gen_random_uuid() AS token FROM unnest(ids) i(job_id)) p
+     WHERE j.job_id = p.job_id
+    RETURNING j.job_id, j.kind::text, j.view_set_name, j.begin_time, j.end_time, j.params::jsonb, j.attempts, j.worker,
+              j.lease_expires_at, p.token;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_held_job(id uuid, lease_token uuid) RETURNS micromegas.jobs
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  j micromegas.jobs;
+BEGIN
+  IF id IS NULL THEN
+    RAISE EXCEPTION 'a job_id is required, not NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = id FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', id USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state <> 'running' OR lease_token IS NULL
+     OR j.lease_token_hash IS DISTINCT FROM micromegas._mm_lease_hash(lease_token) THEN
+    RAISE EXCEPTION 'job % is not held by this lease', id
+      USING ERRCODE = 'object_not_in_prerequisite_state',
+            DETAIL = format('The job is %s%s.', j.state,
+                            CASE WHEN j.state = 'running' THEN format(' under another lease (worker %s)', j.worker)
+                                 ELSE '' END),
+            HINT = 'The lease may have expired and the job been claimed again, or finished: stop working on it.';
+  END IF;
+  RETURN j;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_cancel_job(job_id uuid) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_cancel_job');
+  j micromegas.jobs;
+BEGIN
+  IF $1 IS NULL THEN
+    RAISE EXCEPTION 'mm_cancel_job: job_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  SELECT * INTO j FROM micromegas.jobs x WHERE x.job_id = $1 FOR UPDATE;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+  IF j.state = 'queued' THEN
+    UPDATE micromegas.jobs x SET state = 'cancelled', finished_at = clock_timestamp(), cancel_requested = true
+     WHERE x.job_id = $1;
+    RETURN 'cancelled';
+  ELSIF j.state = 'running' THEN
+    UPDATE micromegas.jobs x SET cancel_requested = true WHERE x.job_id = $1;
+    RETURN 'cancel_requested';
+  END IF;
+  RAISE EXCEPTION 'job % is already %', $1, j.state
+    USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_job(job_id uuid) RETURNS SETOF micromegas.jobs
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF $1 IS NULL THEN
+    RAISE EXCEPTION 'mm_job: job_id must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  RETURN QUERY SELECT * FROM micromegas.jobs x WHERE x.job_id = $1;
+  IF NOT FOUND THEN
+    RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
+  END IF;
+END
+$$;
+
 -- Privileges, from the matrix (a new table, functions created again).
+CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()
+RETURNS TABLE (object_kind text, object_name text, public text, reader text, service text, admin text)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM (VALUES
+    -- definitions
+    ('function', 'mm_catalog_version',            'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_sets',                'EXECUTE', '',        '',        ''),
+    ('function', 'mm_privilege_matrix',           'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_set_definitions',     '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_set_snapshot',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_materialization_order',      '', 'EXECUTE', '', ''),
+    ('function', 'list_view_dependencies',        '', 'EXECUTE', '', ''),
+    ('function', 'mm_catalog_violations',         '', 'EXECUTE', '', ''),
+    ('function', 'mm_explain_view',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_history',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_describe_view',              '', 'EXECUTE', '', ''),
+    ('function', 'mm_create_view',                '', '', '', 'EXECUTE'),
+    ('function', 'mm_drop_view',                  '', '', '', 'EXECUTE'),
+    ('function', 'mm_restore_view',               '', '', '', 'EXECUTE'),
+    ('function', 'mm_prune_view_history',         '', '', '', 'EXECUTE'),
+    ('function', 'mm_register_builtin_view_set',  '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_require_author_checks',      '', '', '', 'EXECUTE'),
+    -- partitions
+    ('function', 'list_partitions',               '', 'EXECUTE', '', ''),
+    ('function', 'list_incompatible_partitions',  '', 'EXECUTE', '', ''),
+    ('function', 'mm_plan_regeneration',          '', 'EXECUTE', '', ''),
+    ('function', 'retire_partitions',             '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_metadata',  '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_file',      '', '', '', 'EXECUTE'),
+    ('function', 'retire_incompatible_partitions','', '', '', 'EXECUTE'),
+    ('function', 'mm_write_partition',            '', '', 'EXECUTE', ''),
+    ('function', 'mm_replace_partitions',         '', '', 'EXECUTE', ''),
+    ('function', 'mm_expired_files',              '', '', 'EXECUTE', ''),
+    -- jobs
+    ('function', 'mm_job',                        '', 'EXECUTE', '', ''),
+    ('function', 'list_jobs',                     '', 'EXECUTE', '', ''),
+    ('function', 'mm_refresh_view',               '', '', '', 'EXECUTE'),
+    ('function', 'regenerate_partitions',         '', '', '', 'EXECUTE'),
+    ('function', 'mm_cancel_job',                 '', '', '', 'EXECUTE'),
+    ('function', 'mm_claim_job',                  '', '', 'EXECUTE', ''),
+    ('function', 'mm_claim_jobs',                 '', '', 'EXECUTE', ''),
+    ('function', 'mm_heartbeat_job',              '', '', 'EXECUTE', ''),
+    ('function', 'mm_finish_job',                 '', '', 'EXECUTE', ''),
+    -- query deny list and audience grants
+    ('function', 'mm_sql_hash',                   '', 'EXECUTE', '', ''),
+    ('function', 'mm_access_versions',            '', 'EXECUTE', '', ''),
+    ('function', 'list_audience_grants',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_query_deny_list_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial',         '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial_context', '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_audience_grants_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_record_query_denial_hits',   '', '', 'EXECUTE', ''),
+    ('function', 'deny_queries',                  '', '', '', 'EXECUTE'),
+    ('function', 'list_query_denials',            '', '', '', 'EXECUTE'),
+    ('function', 'remove_query_denial',           '', '', '', 'EXECUTE'),
+    ('function', 'mm_grant_audience',             '', '', '', 'EXECUTE'),
+    ('function', 'mm_revoke_audience',            '', '', '', 'EXECUTE'),
+    -- internal, but the audience_grants CHECK runs it as the writer (a pure
+    -- rule check): the admin, who may write the table directly
+    ('function', '_mm_audience_problem',          '', '', '', 'EXECUTE'),
+    -- tables and views
+    ('table', 'catalog_state',                          '', 'SELECT', '', ''),
+    ('table', 'builtin_view_sets',                      '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definitions',         '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definition_history',  '', 'SELECT', '', ''),
+    ('table', 'removed_shipped_rows',                   '', '', '', 'SELECT, INSERT, DELETE'),
+    ('table', 'lakehouse_partitions',                   '', 'SELECT', 'INSERT, UPDATE, DELETE', ''),
+    ('table', 'temporary_files',                        '', 'SELECT', 'INSERT, DELETE', ''),
+    ('table', 'file_claims',                            '', '', '', ''),
+    ('table', 'view_set_schema_hashes',                 '', 'SELECT', '', ''),
+    ('table', 'jobs',                                   '', 'SELECT', '', ''),
+    ('table', 'access_state',                           '', '', '', ''),
+    ('table', 'query_deny_list',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'query_deny_hits',                        '', '', 'SELECT', 'SELECT'),
+    ('table', 'audience_grants',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'author_check_requirements',              '', 'SELECT', '', '')
+  ) AS m(object_kind, object_name, public, reader, service, admin)
+$$;
 SELECT micromegas._mm_apply_privileges();

@@ -96,8 +96,13 @@ $$;
 CREATE TABLE micromegas.file_claims (
   file_path varchar(2047) PRIMARY KEY,
   -- NULL: a statement's own row, deleted by it; otherwise when the file was
-  -- handed out for deletion (kept for micromegas_views.file_retention).
-  handed_out_at timestamptz
+  -- handed out for deletion.
+  handed_out_at timestamptz,
+  -- The claim's transaction horizon (pg_snapshot_xmax when it handed the
+  -- file out): the record stays until every transaction in flight then has
+  -- ended (a writer whose row waited on the overlap guard may not have
+  -- reached its trigger yet), and at least micromegas_views.file_retention.
+  handed_out_horizon xid8
 );
 COMMENT ON TABLE micromegas.file_claims IS
   'File paths being written or retired (rows deleted by their own transaction) and files handed out for deletion';
@@ -369,24 +374,29 @@ BEGIN
 END
 $$;
 
--- The daemon's claim of expired files: deletes up to max_files expired rows
--- and returns those it may delete. Each returned file is recorded as handed
--- out (micromegas.file_claims) only after every writer or retirement of its
--- path in flight has ended, and only if no partition references it then:
--- no file a live partition references is ever handed out, and a writer that
--- would put it back in use later is refused. Rows another transaction holds
--- are skipped, and a path is handed out once, so two daemons never get the
--- same file. Call it in a READ COMMITTED transaction and commit after
--- deleting the files: a daemon that dies first gives them back (and a
--- writer of one of those paths waits for that).
+-- The daemon's claim of expired files: returns up to max_files expired
+-- files that no partition references, oldest first, each recorded as handed
+-- out (micromegas.file_claims) and its queue rows deleted. A path is taken
+-- (its record inserted) before its queue rows, the order a writer takes a
+-- path and then the queue rows of its files, and the record first waits for
+-- every writer or retirement of that path in flight; the reference check
+-- comes after, so a partition those writers committed keeps its file. A
+-- writer that would put a recorded file back in use is refused, before the
+-- claim commits or after. Rows another transaction holds are skipped, and a
+-- path is handed out once: two daemons never get the same file. Call it in
+-- a READ COMMITTED transaction of its own and delete the objects after it
+-- commits (a daemon that dies in between leaves the files behind, listed in
+-- file_claims; one that deletes before committing and then fails would let
+-- a waiting writer put a deleted file back in use).
 CREATE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
 RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
-  claimed micromegas.temporary_files[];
+  candidates text[];
   fresh text[];
-  live text[];
+  claimed micromegas.temporary_files[];
+  dropped text[];
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
@@ -400,40 +410,62 @@ BEGIN
       USING ERRCODE = 'invalid_transaction_state',
             HINT = 'Its check that no partition references a file must see the writers it waited for.';
   END IF;
-  -- Handed-out records older than the retention go.
+  -- Records past both the retention and their horizon go (a horizon ahead
+  -- of this cluster's transactions came from another one, by a restore).
+  -- Rows another daemon is purging are left to it.
   DELETE FROM micromegas.file_claims c
-   WHERE c.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds());
-  WITH picked AS (
-    DELETE FROM micromegas.temporary_files t
-     WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
-                                WHERE y.expiration <= now()
-                                ORDER BY y.expiration
-                                LIMIT max_files
-                                  FOR UPDATE SKIP LOCKED))
-    RETURNING t.*)
-  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p;
-  -- Record them as handed out, in path order: each insert waits for the
-  -- writers and retirements of its path in flight; a path already handed
-  -- out (by another daemon) is not inserted.
+   WHERE c.ctid = ANY (ARRAY(
+           SELECT x.ctid FROM micromegas.file_claims x
+            WHERE x.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds())
+              AND (x.handed_out_horizon <= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+                   OR x.handed_out_horizon > pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))
+              FOR UPDATE SKIP LOCKED));
+  -- The candidates: the paths of the oldest expired queue rows no other
+  -- transaction holds (another daemon's, a writer's). Their locks are taken
+  -- only to skip the held rows, and let go at once (the block's rollback):
+  -- holding a queue row while waiting for a writer below, who may be
+  -- waiting for that row, would deadlock.
+  BEGIN
+    candidates := ARRAY(SELECT DISTINCT c.file_path FROM (
+                          SELECT y.file_path FROM micromegas.temporary_files y
+                           WHERE y.expiration <= now() ORDER BY y.expiration LIMIT max_files
+                             FOR UPDATE SKIP LOCKED) c);
+    RAISE EXCEPTION USING ERRCODE = 'MMV01';
+  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+    NULL;
+  END;
+  -- Their records, in path order: each insert waits for the writers of its
+  -- path in flight; a path already handed out is not recorded again.
   WITH handed AS (
-    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at)
-    SELECT DISTINCT x.file_path, now() FROM unnest(claimed) x ORDER BY 1
+    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at, handed_out_horizon)
+    SELECT p, now(), pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
+      FROM unnest(candidates) p ORDER BY p
     ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
     RETURNING c.file_path)
   SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
-  -- A file a partition references (now, those writers committed) is not
-  -- handed out: its queue row is gone with the rest, and its record too.
-  -- What is returned is exactly what stays recorded.
-  WITH referenced AS (
+  -- Then their expired queue rows, skipping those another transaction holds.
+  WITH picked AS (
+    DELETE FROM micromegas.temporary_files t
+     WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
+                                WHERE y.expiration <= now() AND y.file_path = ANY (fresh)
+                                  FOR UPDATE SKIP LOCKED))
+    RETURNING t.*)
+  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p;
+  -- A path with no queue row taken, or that a partition references (now,
+  -- the writers it waited for committed), is not handed out: its record
+  -- goes (its queue rows too, when it is in use). What is returned is
+  -- exactly what stays recorded.
+  WITH unclaimed AS (
     DELETE FROM micromegas.file_claims c
      WHERE c.file_path = ANY (fresh)
-       AND EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path)
+       AND (NOT EXISTS (SELECT 1 FROM unnest(claimed) x WHERE x.file_path = c.file_path)
+            OR EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path))
     RETURNING c.file_path)
-  SELECT coalesce(array_agg(r.file_path::text), '{}') INTO live FROM referenced r;
+  SELECT coalesce(array_agg(u.file_path::text), '{}') INTO dropped FROM unclaimed u;
   RETURN QUERY
     SELECT DISTINCT ON (x.file_path) x.file_path::text, x.file_size, x.expiration
       FROM unnest(claimed) x
-     WHERE x.file_path = ANY (fresh) AND NOT x.file_path = ANY (live)
+     WHERE NOT x.file_path = ANY (dropped)
      ORDER BY x.file_path, x.expiration;
 END
 $$;

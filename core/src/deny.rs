@@ -16,10 +16,12 @@ use datafusion_common::{DFSchema, ScalarValue};
 use datafusion_expr::execution_props::ExecutionProps;
 use datafusion_expr::expr::InList;
 use datafusion_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion_expr::simplify::SimplifyContext;
 use datafusion_expr::utils::split_conjunction;
 use datafusion_expr::ColumnarValue;
 use datafusion_expr::{BinaryExpr, Expr, ExprSchemable, Operator};
 use datafusion_optimizer::analyzer::type_coercion::TypeCoercionRewriter;
+use datafusion_optimizer::simplify_expressions::ExprSimplifier;
 use datafusion_physical_expr::expressions::{LikeExpr, Literal};
 use datafusion_physical_expr::{create_physical_expr, PhysicalExpr};
 use regex::{Regex, RegexBuilder};
@@ -145,8 +147,18 @@ pub fn compile(text: &str) -> Result<Rule> {
                 MATCH_COLUMNS.join(", ")
             )));
     }
+    // Simplified before it is made executable, as DataFusion's own planner
+    // does: some functions (coalesce, nvl) are only defined as a rewrite
+    // and refuse to run as written.
+    let simplified = ExprSimplifier::new(
+        SimplifyContext::builder()
+            .with_schema(Arc::new(df_schema.clone()))
+            .build(),
+    )
+    .simplify(coerced.clone())
+    .map_err(|e| invalid("match_expr does not compile").with_detail(planner::df_message(&e)))?;
     let physical = create_physical_expr(
-        &coerced,
+        &simplified,
         df_schema,
         &ExecutionProps::new(),
         &PhysicalPlanningContext::default(),
@@ -972,6 +984,26 @@ mod tests {
         assert!(rule.fast.is_none());
         let rule = isolate::run(|| compile("client = 'a' AND user_id LIKE 'x%'")).unwrap();
         assert!(rule.fast.is_some());
+    }
+
+    /// coalesce and nvl exist in DataFusion only as a rewrite to CASE: a
+    /// rule using them is simplified before it runs, and decides like CASE.
+    #[test]
+    fn functions_datafusion_rewrites_compile_and_decide() {
+        for (text, context_pairs, expected) in [
+            ("coalesce(user_id, 'x') = coalesce(user_id, 'x')", &[("client", "c")][..], Some(true)),
+            ("coalesce(user_id, 'anonymous') = 'anonymous'", &[("client", "c")][..], Some(true)),
+            ("coalesce(user_id, 'anonymous') = 'anonymous'", &[("user_id", "bob")][..], Some(false)),
+            ("nvl(email, client) = 'c'", &[("client", "c")][..], Some(true)),
+        ] {
+            let rule = isolate::run({
+                let text = text.to_string();
+                move || compile(&text)
+            })
+            .unwrap_or_else(|e| panic!("{text}: {}", e.message));
+            let got = evaluate(&rule.expr, &context_batch(&context(context_pairs)).unwrap()).unwrap();
+            assert_eq!(got, expected, "{text} over {context_pairs:?}");
+        }
     }
 
     #[test]

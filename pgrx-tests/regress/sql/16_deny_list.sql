@@ -114,5 +114,13 @@ SELECT count(DISTINCT micromegas.mm_sql_hash(s)) AS distinct_hashes FROM (VALUES
 SELECT micromegas.mm_sql_hash('SELECT $$a$$') <> micromegas.mm_sql_hash('SELECT $$b$$') AS dollar_quotes_count,
        micromegas.mm_sql_hash('SELECT "A"') <> micromegas.mm_sql_hash('SELECT "a"') AS quoted_case_counts;
 
+-- coalesce and nvl (which DataFusion defines only as a rewrite) compile and
+-- decide; a reason of tabs and newlines is blank; no id is no rule (0.1.10).
+DELETE FROM micromegas.query_deny_list;
+SELECT sqlstate FROM mmv_try($$SELECT micromegas.deny_queries('coalesce(user_id, ''anonymous'') = ''anonymous''', 'no user')$$);
+SELECT (SELECT count(*) FROM micromegas.mm_match_query_denial(client => 'c')) AS anonymous_denied,
+       (SELECT count(*) FROM micromegas.mm_match_query_denial(client => 'c', user_id => 'bob')) AS bob_denied;
+SELECT sqlstate, message FROM mmv_try($$SELECT micromegas.deny_queries('user_id = ''b''', E'\t\n ')$$);
+SELECT micromegas.remove_query_denial(NULL);
 DELETE FROM micromegas.query_deny_list;
 DROP ROLE mmv_deny_admin, mmv_deny_reader, mmv_deny_service;

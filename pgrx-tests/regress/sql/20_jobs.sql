@@ -211,6 +211,11 @@ SELECT sqlstate FROM mmv_try(format($$SELECT micromegas.mm_cancel_job(%L)$$, :'j
 RESET ROLE;
 DROP ROLE mmv_jobs_reader, mmv_jobs_service, mmv_jobs_admin;
 SELECT * FROM mmv_try('TRUNCATE micromegas.jobs');
+-- A NULL job id, a worker name of tabs and newlines: refused, named (0.1.10).
+SELECT sqlstate, message FROM mmv_try('SELECT * FROM micromegas.mm_job(NULL)');
+SELECT sqlstate, message FROM mmv_try('SELECT micromegas.mm_cancel_job(NULL)');
+SELECT sqlstate, message FROM mmv_try('SELECT micromegas.mm_finish_job(NULL, NULL, true)');
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.mm_claim_jobs(E' \t\n')$$);
 
 SELECT count(*) FROM micromegas.mm_drop_view('j_v');
 DELETE FROM micromegas.jobs;
