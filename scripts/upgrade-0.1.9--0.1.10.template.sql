@@ -20,6 +20,8 @@
 -- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
 --   remove_query_denial(NULL) says no id was given; a worker name or deny
 --   reason of tabs and newlines is blank.
+-- * retire_partitions, a DROP and retire_incompatible_partitions report as
+--   queued only the files no remaining partition references, once each.
 -- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
 --   they run, as DataFusion's planner does.
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
@@ -51,6 +53,15 @@ COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
 --@replace CREATE FUNCTION micromegas._mm_held_job(
 --@replace CREATE FUNCTION micromegas.mm_cancel_job(
 --@replace CREATE FUNCTION micromegas.mm_job(
+
+-- A retirement reports the files it queued: a file another partition
+-- still references is kept, not counted as freed.
+--@new CREATE FUNCTION micromegas._mm_unreferenced_bytes(
+COMMENT ON FUNCTION micromegas._mm_unreferenced_bytes(text[],bigint[]) IS
+  'The bytes of the distinct given files no partition references any more: what a retirement queued';
+--@replace CREATE FUNCTION micromegas.retire_partitions(
+--@replace CREATE FUNCTION micromegas._mm_definitions_retire_dropped(
+--@replace CREATE FUNCTION micromegas.retire_incompatible_partitions(
 
 -- Privileges, from the matrix (a new table, functions created again).
 --@replace CREATE FUNCTION micromegas.mm_privilege_matrix(

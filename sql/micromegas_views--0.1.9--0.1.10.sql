@@ -20,6 +20,8 @@
 -- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
 --   remove_query_denial(NULL) says no id was given; a worker name or deny
 --   reason of tabs and newlines is blank.
+-- * retire_partitions, a DROP and retire_incompatible_partitions report as
+--   queued only the files no remaining partition references, once each.
 -- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
 --   they run, as DataFusion's planner does.
 DROP TRIGGER partitions_queue_files ON micromegas.lakehouse_partitions;
@@ -411,6 +413,126 @@ BEGIN
   IF NOT FOUND THEN
     RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
   END IF;
+END
+$$;
+
+-- A retirement reports the files it queued: a file another partition
+-- still references is kept, not counted as freed.
+CREATE FUNCTION micromegas._mm_unreferenced_bytes(paths text[], sizes bigint[]) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(sum(f.size), 0)::bigint FROM (
+    SELECT DISTINCT ON (x.path) x.path, coalesce(x.size, 0) AS size
+      FROM unnest(paths, sizes) x(path, size)
+     WHERE x.path IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = x.path)
+     ORDER BY x.path, x.size DESC NULLS LAST) f
+$$;
+COMMENT ON FUNCTION micromegas._mm_unreferenced_bytes(text[],bigint[]) IS
+  'The bytes of the distinct given files no partition references any more: what a retirement queued';
+CREATE OR REPLACE FUNCTION micromegas.retire_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_partitions');
+  target text := format('%s/%s', $1, $2);
+  gone_rows micromegas.lakehouse_partitions[];
+  r micromegas.lakehouse_partitions;
+BEGIN
+  PERFORM micromegas._mm_check_range('retire_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'retire_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  -- The statement ends (its queue trigger runs) before the messages say
+  -- what became of each file.
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = $1 AND p.view_instance_id = $2
+       AND p.begin_insert_time >= begin_time AND p.end_insert_time <= end_time
+    RETURNING p.*)
+  SELECT coalesce(array_agg(g ORDER BY g.begin_insert_time, g.end_insert_time, g.file_schema_hash), '{}')
+    INTO gone_rows FROM gone g;
+  FOREACH r IN ARRAY gone_rows LOOP
+    RETURN QUERY SELECT clock_timestamp(), format('retired partition %s; %s',
+      micromegas._mm_partition_label(r.view_set_name, r.view_instance_id, r.begin_insert_time,
+                                     r.end_insert_time, r.file_schema_hash),
+      CASE WHEN r.file_path IS NULL THEN 'empty, no file'
+           WHEN EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = r.file_path)
+             THEN format('file %s kept: another partition references it', r.file_path)
+           ELSE format('file %s (%s bytes) queued for deletion', r.file_path, coalesce(r.file_size, 0)) END);
+  END LOOP;
+  RETURN QUERY SELECT clock_timestamp(), format('retired %s partition(s) of %s within [%s, %s]; %s bytes queued for deletion',
+    cardinality(gone_rows), target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time),
+    micromegas._mm_unreferenced_bytes(ARRAY(SELECT g.file_path::text FROM unnest(gone_rows) g),
+                                      ARRAY(SELECT g.file_size FROM unnest(gone_rows) g)));
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_retire_dropped() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+  bytes bigint;
+  paths text[];
+  sizes bigint[];
+BEGIN
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
+    RETURNING p.file_path, p.file_size)
+  SELECT count(*), array_agg(g.file_path), array_agg(g.file_size) INTO n, paths, sizes FROM gone g;
+  bytes := micromegas._mm_unreferenced_bytes(paths, sizes);
+  PERFORM pg_catalog.set_config('micromegas_views.retired', n || ' ' || bytes, true);
+  IF n > 0 THEN
+    RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',
+      n, OLD.view_set_name, bytes;
+  END IF;
+  RETURN NULL;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.retire_incompatible_partitions(view_set_name text DEFAULT NULL)
+RETURNS SETOF micromegas.partition_retirement
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('retire_incompatible_partitions');
+BEGIN
+  RETURN QUERY
+    WITH candidates AS (
+      SELECT p.ctid AS tid, p.view_set_name::text AS vs, p.view_instance_id::text AS inst,
+             micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                            p.end_insert_time, p.file_schema_hash) AS label,
+             p.begin_insert_time, p.file_schema_hash
+        FROM micromegas.lakehouse_partitions p
+        JOIN micromegas.view_set_schema_hashes v ON v.view_set_name = p.view_set_name
+       WHERE p.file_schema_hash <> v.schema_hash AND ($1 IS NULL OR p.view_set_name = $1)
+    ), locked AS (
+      SELECT p.ctid AS tid FROM micromegas.lakehouse_partitions p
+       WHERE p.ctid = ANY (ARRAY(SELECT c.tid FROM candidates c))
+         FOR UPDATE SKIP LOCKED
+    ), gone AS (
+      DELETE FROM micromegas.lakehouse_partitions p USING locked l
+       WHERE p.ctid = l.tid
+      RETURNING l.tid, p.file_path, coalesce(p.file_size, 0) AS file_size
+    ), freed AS (
+      -- The files the queue trigger queues: those no partition left
+      -- references (this statement sees the retired rows still: they are
+      -- the locked ones), once per path.
+      SELECT DISTINCT ON (c.vs, c.inst, g.file_path) c.vs, c.inst, g.file_size
+        FROM gone g JOIN candidates c ON c.tid = g.tid
+       WHERE g.file_path IS NOT NULL
+         AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p
+                          WHERE p.file_path = g.file_path AND NOT p.ctid = ANY (ARRAY(SELECT l.tid FROM locked l)))
+       ORDER BY c.vs, c.inst, g.file_path, g.file_size DESC
+    )
+    SELECT c.vs, c.inst,
+           count(g.tid), count(*) - count(g.tid),
+           (SELECT coalesce(sum(f.file_size), 0) FROM freed f WHERE f.vs = c.vs AND f.inst = c.inst)::bigint,
+           array_agg(CASE WHEN g.tid IS NOT NULL THEN 'SUCCESS: Retired partition ' || c.label
+                          ELSE 'ERROR: Partition ' || c.label || ' is being changed by another transaction; not retired' END
+                     ORDER BY c.begin_insert_time, c.file_schema_hash)
+      FROM candidates c LEFT JOIN gone g ON g.tid = c.tid
+     GROUP BY c.vs, c.inst
+     ORDER BY c.vs, c.inst;
 END
 $$;
 

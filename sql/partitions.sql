@@ -190,6 +190,20 @@ CREATE TRIGGER partitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_partitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
 
+-- What a retirement frees: the bytes of the distinct files among those it
+-- took out of use that no partition references any more — what the queue
+-- trigger queued (a file a remaining partition shares stays). Called after
+-- the statement that deleted the partitions.
+CREATE FUNCTION micromegas._mm_unreferenced_bytes(paths text[], sizes bigint[]) RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT coalesce(sum(f.size), 0)::bigint FROM (
+    SELECT DISTINCT ON (x.path) x.path, coalesce(x.size, 0) AS size
+      FROM unnest(paths, sizes) x(path, size)
+     WHERE x.path IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = x.path)
+     ORDER BY x.path, x.size DESC NULLS LAST) f
+$$;
+
 -- How messages name a time and a partition: RFC 3339 in UTC, whatever the
 -- session's TimeZone.
 CREATE FUNCTION micromegas._mm_time_text(t timestamptz) RETURNS text
@@ -288,33 +302,36 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('retire_partitions');
   target text := format('%s/%s', $1, $2);
-  n bigint := 0;
-  bytes bigint := 0;
-  r record;
+  gone_rows micromegas.lakehouse_partitions[];
+  r micromegas.lakehouse_partitions;
 BEGIN
   PERFORM micromegas._mm_check_range('retire_partitions', begin_time, end_time);
   IF $1 IS NULL OR $2 IS NULL THEN
     RAISE EXCEPTION 'retire_partitions: view_set_name and view_instance_id must not be NULL'
       USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  FOR r IN
-    WITH gone AS (
-      DELETE FROM micromegas.lakehouse_partitions p
-       WHERE p.view_set_name = $1 AND p.view_instance_id = $2
-         AND p.begin_insert_time >= begin_time AND p.end_insert_time <= end_time
-      RETURNING p.*)
-    SELECT * FROM gone g ORDER BY g.begin_insert_time, g.end_insert_time, g.file_schema_hash
-  LOOP
-    n := n + 1;
-    bytes := bytes + coalesce(r.file_size, 0);
+  -- The statement ends (its queue trigger runs) before the messages say
+  -- what became of each file.
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = $1 AND p.view_instance_id = $2
+       AND p.begin_insert_time >= begin_time AND p.end_insert_time <= end_time
+    RETURNING p.*)
+  SELECT coalesce(array_agg(g ORDER BY g.begin_insert_time, g.end_insert_time, g.file_schema_hash), '{}')
+    INTO gone_rows FROM gone g;
+  FOREACH r IN ARRAY gone_rows LOOP
     RETURN QUERY SELECT clock_timestamp(), format('retired partition %s; %s',
       micromegas._mm_partition_label(r.view_set_name, r.view_instance_id, r.begin_insert_time,
                                      r.end_insert_time, r.file_schema_hash),
       CASE WHEN r.file_path IS NULL THEN 'empty, no file'
+           WHEN EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = r.file_path)
+             THEN format('file %s kept: another partition references it', r.file_path)
            ELSE format('file %s (%s bytes) queued for deletion', r.file_path, coalesce(r.file_size, 0)) END);
   END LOOP;
   RETURN QUERY SELECT clock_timestamp(), format('retired %s partition(s) of %s within [%s, %s]; %s bytes queued for deletion',
-    n, target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time), bytes);
+    cardinality(gone_rows), target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time),
+    micromegas._mm_unreferenced_bytes(ARRAY(SELECT g.file_path::text FROM unnest(gone_rows) g),
+                                      ARRAY(SELECT g.file_size FROM unnest(gone_rows) g)));
 END
 $$;
 
@@ -546,10 +563,21 @@ BEGIN
     ), gone AS (
       DELETE FROM micromegas.lakehouse_partitions p USING locked l
        WHERE p.ctid = l.tid
-      RETURNING l.tid, coalesce(p.file_size, 0) AS file_size
+      RETURNING l.tid, p.file_path, coalesce(p.file_size, 0) AS file_size
+    ), freed AS (
+      -- The files the queue trigger queues: those no partition left
+      -- references (this statement sees the retired rows still: they are
+      -- the locked ones), once per path.
+      SELECT DISTINCT ON (c.vs, c.inst, g.file_path) c.vs, c.inst, g.file_size
+        FROM gone g JOIN candidates c ON c.tid = g.tid
+       WHERE g.file_path IS NOT NULL
+         AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p
+                          WHERE p.file_path = g.file_path AND NOT p.ctid = ANY (ARRAY(SELECT l.tid FROM locked l)))
+       ORDER BY c.vs, c.inst, g.file_path, g.file_size DESC
     )
     SELECT c.vs, c.inst,
-           count(g.tid), count(*) - count(g.tid), coalesce(sum(g.file_size), 0)::bigint,
+           count(g.tid), count(*) - count(g.tid),
+           (SELECT coalesce(sum(f.file_size), 0) FROM freed f WHERE f.vs = c.vs AND f.inst = c.inst)::bigint,
            array_agg(CASE WHEN g.tid IS NOT NULL THEN 'SUCCESS: Retired partition ' || c.label
                           ELSE 'ERROR: Partition ' || c.label || ' is being changed by another transaction; not retired' END
                      ORDER BY c.begin_insert_time, c.file_schema_hash)
@@ -733,12 +761,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   n bigint;
   bytes bigint;
+  paths text[];
+  sizes bigint[];
 BEGIN
   WITH gone AS (
     DELETE FROM micromegas.lakehouse_partitions p
      WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
-    RETURNING coalesce(p.file_size, 0) AS file_size)
-  SELECT count(*), coalesce(sum(g.file_size), 0) INTO n, bytes FROM gone g;
+    RETURNING p.file_path, p.file_size)
+  SELECT count(*), array_agg(g.file_path), array_agg(g.file_size) INTO n, paths, sizes FROM gone g;
+  bytes := micromegas._mm_unreferenced_bytes(paths, sizes);
   PERFORM pg_catalog.set_config('micromegas_views.retired', n || ' ' || bytes, true);
   IF n > 0 THEN
     RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',

@@ -83,6 +83,17 @@ SELECT count(*) FROM micromegas.retire_partitions('p_logs', 'global', '2024-01-0
 SELECT file_path, expiration - now() AS kept_for FROM micromegas.temporary_files WHERE file_path = 's3://b/old0';
 ROLLBACK;
 RESET micromegas_views.file_retention;
+-- A file two instances share: retiring one partition keeps it (the other
+-- still references it) and frees nothing; retiring the second queues it,
+-- once (0.1.10: both used to say queued).
+BEGIN;
+SELECT mmv_part('proc-s1', 50, 51, :'h1', 's3://b/shared', 300);
+SELECT mmv_part('proc-s2', 50, 51, :'h1', 's3://b/shared', 300);
+SELECT msg FROM micromegas.retire_partitions('p_logs', 'proc-s1', '2024-01-01', '2024-01-04');
+SELECT count(*) AS queued FROM micromegas.temporary_files WHERE file_path = 's3://b/shared';
+SELECT msg FROM micromegas.retire_partitions('p_logs', 'proc-s2', '2024-01-01', '2024-01-04');
+SELECT count(*) AS queued FROM micromegas.temporary_files WHERE file_path = 's3://b/shared';
+ROLLBACK;
 SELECT sqlstate FROM mmv_try($$SET micromegas_views.file_retention = '-1'$$);
 -- Only a superuser may shorten it.
 CREATE ROLE mmv_part_nobody;
