@@ -19,7 +19,9 @@
 -- * messages name an infinite time as infinity and a BC one with its era.
 -- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
 --   remove_query_denial(NULL) says no id was given; a worker name or deny
---   reason of tabs and newlines is blank.
+--   reason of tabs and newlines is blank; micromegas_views.actor over 255
+--   characters is refused by name (22001) wherever an actor is recorded; an
+--   invalid audience, axis or selector is quoted up to 80 characters.
 -- * retire_partitions, a DROP and retire_incompatible_partitions report as
 --   queued only the files no remaining partition references, once each.
 -- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
@@ -53,6 +55,8 @@ COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
 --@replace CREATE FUNCTION micromegas._mm_held_job(
 --@replace CREATE FUNCTION micromegas.mm_cancel_job(
 --@replace CREATE FUNCTION micromegas.mm_job(
+--@replace CREATE FUNCTION micromegas._mm_actor(
+--@replace CREATE FUNCTION micromegas._mm_audience_problem(
 
 -- A retirement reports the files it queued: a file another partition
 -- still references is kept, not counted as freed.

@@ -45,12 +45,15 @@ CREATE FUNCTION micromegas._mm_audience_problem(audience text, axis text, select
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT CASE
     WHEN audience IS NULL OR audience !~ '^[A-Za-z0-9_-]+$' OR octet_length(audience) > 255 THEN
-      format('invalid audience "%s": an audience is 1 to 255 letters, digits, ''_'' or ''-''', audience)
+      format('invalid audience "%s": an audience is 1 to 255 letters, digits, ''_'' or ''-''',
+             left(audience, 80) || CASE WHEN length(audience) > 80 THEN '...' ELSE '' END)
     WHEN axis IS NULL OR axis NOT IN ('read', 'mint') THEN
-      format('invalid axis "%s": the axis is ''read'' or ''mint''', axis)
+      format('invalid axis "%s": the axis is ''read'' or ''mint''',
+             left(axis, 80) || CASE WHEN length(axis) > 80 THEN '...' ELSE '' END)
     WHEN selector IS NULL OR octet_length(selector) > 255
          OR NOT (selector = '*' OR selector ~ '^(user|group):.+$') THEN
-      format('invalid selector "%s": a selector is ''*'', ''user:<id>'' or ''group:<id>''', selector)
+      format('invalid selector "%s": a selector is ''*'', ''user:<id>'' or ''group:<id>''',
+             left(selector, 80) || CASE WHEN length(selector) > 80 THEN '...' ELSE '' END)
   END
 $$;
 

@@ -19,7 +19,9 @@
 -- * messages name an infinite time as infinity and a BC one with its era.
 -- * a NULL job id (mm_job, mm_cancel_job, a heartbeat or finish) is 22004;
 --   remove_query_denial(NULL) says no id was given; a worker name or deny
---   reason of tabs and newlines is blank.
+--   reason of tabs and newlines is blank; micromegas_views.actor over 255
+--   characters is refused by name (22001) wherever an actor is recorded; an
+--   invalid audience, axis or selector is quoted up to 80 characters.
 -- * retire_partitions, a DROP and retire_incompatible_partitions report as
 --   queued only the files no remaining partition references, once each.
 -- * (Rust) a deny rule may use coalesce and nvl: rules are simplified before
@@ -414,6 +416,35 @@ BEGIN
     RAISE EXCEPTION 'job % does not exist', $1 USING ERRCODE = 'no_data_found';
   END IF;
 END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_actor() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  actor text := coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text);
+BEGIN
+  -- Every table that records an actor holds 255 characters.
+  IF length(actor) > 255 THEN
+    RAISE EXCEPTION 'micromegas_views.actor is too long: % characters, the limit is 255', length(actor)
+      USING ERRCODE = 'string_data_right_truncation',
+            HINT = 'Set it to the name of the user the service acts for.';
+  END IF;
+  RETURN actor;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_audience_problem(audience text, axis text, selector text) RETURNS text
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT CASE
+    WHEN audience IS NULL OR audience !~ '^[A-Za-z0-9_-]+$' OR octet_length(audience) > 255 THEN
+      format('invalid audience "%s": an audience is 1 to 255 letters, digits, ''_'' or ''-''',
+             left(audience, 80) || CASE WHEN length(audience) > 80 THEN '...' ELSE '' END)
+    WHEN axis IS NULL OR axis NOT IN ('read', 'mint') THEN
+      format('invalid axis "%s": the axis is ''read'' or ''mint''',
+             left(axis, 80) || CASE WHEN length(axis) > 80 THEN '...' ELSE '' END)
+    WHEN selector IS NULL OR octet_length(selector) > 255
+         OR NOT (selector = '*' OR selector ~ '^(user|group):.+$') THEN
+      format('invalid selector "%s": a selector is ''*'', ''user:<id>'' or ''group:<id>''',
+             left(selector, 80) || CASE WHEN length(selector) > 80 THEN '...' ELSE '' END)
+  END
 $$;
 
 -- A retirement reports the files it queued: a file another partition

@@ -250,8 +250,16 @@ $$;
 
 CREATE FUNCTION micromegas._mm_actor() RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  actor text := coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text);
 BEGIN
-  RETURN coalesce(nullif(current_setting('micromegas_views.actor', true), ''), session_user::text);
+  -- Every table that records an actor holds 255 characters.
+  IF length(actor) > 255 THEN
+    RAISE EXCEPTION 'micromegas_views.actor is too long: % characters, the limit is 255', length(actor)
+      USING ERRCODE = 'string_data_right_truncation',
+            HINT = 'Set it to the name of the user the service acts for.';
+  END IF;
+  RETURN actor;
 END
 $$;
 

@@ -88,6 +88,10 @@ RESET micromegas_views.caller_groups;
 RESET ROLE;
 REVOKE micromegas_admin FROM mmv_grants_service;
 
+-- An invalid value is quoted up to 80 characters, however long (0.1.10).
+SELECT sqlstate, length(message) < 200 AS short, left(message, 40) AS message
+  FROM mmv_try(format($$SELECT micromegas.mm_grant_audience('team-x', 'read', %L)$$, 'user ' || repeat('x', 100000)));
+
 SELECT micromegas.mm_revoke_audience(audience, axis, selector) FROM micromegas.audience_grants
  WHERE created_by <> 'micromegas_views' ORDER BY 1;
 DROP ROLE mmv_grants_reader, mmv_grants_admin, mmv_grants_service;
