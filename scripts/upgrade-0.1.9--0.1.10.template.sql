@@ -12,8 +12,9 @@
 --   references handed out for deletion; two queue rows of one path could
 --   be handed to two daemons. mm_expired_files now requires READ COMMITTED,
 --   and takes a path before its queue rows (the writers' order). A record
---   stays until every transaction in flight at the claim has ended. Call it
---   in a transaction of its own and delete the objects after it commits.
+--   stays for the retention, then until every transaction that held a
+--   transaction id when its claim committed has ended. Call it in a
+--   transaction of its own and delete the objects after it commits.
 -- * an audience grant's notification carries only the operation and the
 --   version: any role may LISTEN, and a grant names people and audiences.
 -- * messages name an infinite time as infinity and a BC one with its era.
@@ -35,7 +36,7 @@ DROP FUNCTION micromegas._mm_file_bucket(text);
 --@verbatim partitions.sql:file queue
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
-COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');

@@ -1000,7 +1000,7 @@ COMMENT ON COLUMN micromegas.temporary_files.file_size IS 'Its size in bytes';
 COMMENT ON COLUMN micromegas.temporary_files.expiration IS 'When the daemon may delete it (mm_expired_files)';
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
-COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
 COMMENT ON COLUMN micromegas.view_change.view_set_name IS 'The view';
 COMMENT ON COLUMN micromegas.view_change.status IS 'What happened';
 COMMENT ON COLUMN micromegas.view_change.version IS 'The catalog version';

@@ -12,8 +12,9 @@
 --   references handed out for deletion; two queue rows of one path could
 --   be handed to two daemons. mm_expired_files now requires READ COMMITTED,
 --   and takes a path before its queue rows (the writers' order). A record
---   stays until every transaction in flight at the claim has ended. Call it
---   in a transaction of its own and delete the objects after it commits.
+--   stays for the retention, then until every transaction that held a
+--   transaction id when its claim committed has ended. Call it in a
+--   transaction of its own and delete the objects after it commits.
 -- * an audience grant's notification carries only the operation and the
 --   version: any role may LISTEN, and a grant names people and audiences.
 -- * messages name an infinite time as infinity and a BC one with its era.
@@ -49,10 +50,10 @@ CREATE TABLE micromegas.file_claims (
   -- NULL: a statement's own row, deleted by it; otherwise when the file was
   -- handed out for deletion.
   handed_out_at timestamptz,
-  -- The claim's transaction horizon (pg_snapshot_xmax when it handed the
-  -- file out): the record stays until every transaction in flight then has
-  -- ended (a writer whose row waited on the overlap guard may not have
-  -- reached its trigger yet), and at least micromegas_views.file_retention.
+  -- Set once the record is past micromegas_views.file_retention: the next
+  -- transaction id then (after the claim committed). The record goes when
+  -- every transaction below it has ended (a writer whose row waited on the
+  -- overlap guard, say, may not have reached its trigger yet).
   handed_out_horizon xid8
 );
 COMMENT ON TABLE micromegas.file_claims IS
@@ -138,7 +139,7 @@ CREATE TRIGGER partitions_unqueue_files
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_partitions_queue_files();
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
-COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'The claim''s transaction horizon: the record stays until every transaction in flight then has ended';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');
@@ -165,16 +166,6 @@ BEGIN
       USING ERRCODE = 'invalid_transaction_state',
             HINT = 'Its check that no partition references a file must see the writers it waited for.';
   END IF;
-  -- Records past both the retention and their horizon go (a horizon ahead
-  -- of this cluster's transactions came from another one, by a restore).
-  -- Rows another daemon is purging are left to it.
-  DELETE FROM micromegas.file_claims c
-   WHERE c.ctid = ANY (ARRAY(
-           SELECT x.ctid FROM micromegas.file_claims x
-            WHERE x.handed_out_at < now() - make_interval(secs => micromegas._mm_file_retention_seconds())
-              AND (x.handed_out_horizon <= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
-                   OR x.handed_out_horizon > pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()))
-              FOR UPDATE SKIP LOCKED));
   -- The candidates: the paths of the oldest expired queue rows no other
   -- transaction holds (another daemon's, a writer's). Their locks are taken
   -- only to skip the held rows, and let go at once (the block's rollback):
@@ -192,24 +183,25 @@ BEGIN
   -- Their records, in path order: each insert waits for the writers of its
   -- path in flight; a path already handed out is not recorded again.
   WITH handed AS (
-    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at, handed_out_horizon)
-    SELECT p, now(), pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot())
-      FROM unnest(candidates) p ORDER BY p
+    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at)
+    SELECT p, clock_timestamp() FROM unnest(candidates) p ORDER BY p
     ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
     RETURNING c.file_path)
   SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
-  -- Then their expired queue rows, skipping those another transaction holds.
+  -- Then their expired queue rows, skipping those another transaction
+  -- holds; a candidate not recorded now was handed out already (its record
+  -- existed, or another daemon's committed): its queue rows go, unreturned.
   WITH picked AS (
     DELETE FROM micromegas.temporary_files t
      WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
-                                WHERE y.expiration <= now() AND y.file_path = ANY (fresh)
+                                WHERE y.expiration <= now() AND y.file_path = ANY (candidates)
                                   FOR UPDATE SKIP LOCKED))
     RETURNING t.*)
-  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p;
+  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p WHERE p.file_path = ANY (fresh);
   -- A path with no queue row taken, or that a partition references (now,
   -- the writers it waited for committed), is not handed out: its record
   -- goes (its queue rows too, when it is in use). What is returned is
-  -- exactly what stays recorded.
+  -- exactly what stays recorded, its time the end of the waits.
   WITH unclaimed AS (
     DELETE FROM micromegas.file_claims c
      WHERE c.file_path = ANY (fresh)
@@ -217,6 +209,32 @@ BEGIN
             OR EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path))
     RETURNING c.file_path)
   SELECT coalesce(array_agg(u.file_path::text), '{}') INTO dropped FROM unclaimed u;
+  UPDATE micromegas.file_claims c SET handed_out_at = clock_timestamp()
+   WHERE c.file_path = ANY (fresh) AND NOT c.file_path = ANY (dropped);
+  -- Old records, last (a record being purged makes a daemon recording its
+  -- path wait; purged first, it could wait on one that waits on this one).
+  -- A record past the retention is given a horizon: this transaction's id,
+  -- taken after its claim committed (this statement sees the record; this
+  -- call's own records wait for a later call), so above the id of every
+  -- transaction that held one then. It goes once every transaction below the
+  -- horizon has ended (the snapshot's xmin is at most the oldest running
+  -- id) — a writer whose row waited on the overlap guard before reaching its
+  -- trigger, say. A horizon ahead of this cluster's ids came from another
+  -- cluster (a restore) and is set again. Records another daemon holds are
+  -- left to it.
+  UPDATE micromegas.file_claims c
+     SET handed_out_horizon = pg_catalog.pg_current_xact_id()
+   WHERE c.ctid = ANY (ARRAY(
+           SELECT x.ctid FROM micromegas.file_claims x
+            WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
+              AND NOT x.file_path = ANY (fresh)
+              AND (x.handed_out_horizon IS NULL OR x.handed_out_horizon > pg_catalog.pg_current_xact_id())
+              FOR UPDATE SKIP LOCKED));
+  DELETE FROM micromegas.file_claims c
+   WHERE c.ctid = ANY (ARRAY(
+           SELECT x.ctid FROM micromegas.file_claims x
+            WHERE x.handed_out_horizon <= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+              FOR UPDATE SKIP LOCKED));
   RETURN QUERY
     SELECT DISTINCT ON (x.file_path) x.file_path::text, x.file_size, x.expiration
       FROM unnest(claimed) x

@@ -117,6 +117,12 @@ SELECT sqlstate, message, detail, hint FROM mmv_try($$
   SELECT micromegas.mm_write_partition('p_logs', 'proc-9', '2030-01-01', '2030-01-02', NULL, NULL,
     (SELECT min(c.file_path) FROM micromegas.file_claims c WHERE c.handed_out_at IS NOT NULL), 1, '\x01', NULL, 1)$$);
 SELECT count(*) AS proc_9 FROM micromegas.lakehouse_partitions WHERE view_instance_id = 'proc-9';
+-- Queued again (a service may queue directly), a handed-out path is not
+-- handed out twice: its queue row goes.
+INSERT INTO micromegas.temporary_files
+SELECT c.file_path, 1, now() - interval '1 second' FROM micromegas.file_claims c WHERE c.handed_out_at IS NOT NULL;
+SELECT count(*) AS handed_again FROM micromegas.mm_expired_files(10);
+SELECT count(*) AS still_queued FROM micromegas.temporary_files t JOIN micromegas.file_claims c USING (file_path);
 -- Its check must see the writers it waited for: READ COMMITTED only.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT sqlstate, message, hint FROM mmv_try($$SELECT * FROM micromegas.mm_expired_files(10)$$);
