@@ -415,6 +415,8 @@ DECLARE
   fresh text[];
   claimed micromegas.temporary_files[];
   dropped text[];
+  old_tids tid[];
+  old_xmins xid[];
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
@@ -427,6 +429,20 @@ BEGIN
         pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
       USING ERRCODE = 'invalid_transaction_state',
             HINT = 'Its check that no partition references a file must see the writers it waited for.';
+  END IF;
+  -- The records past the retention, as they are before this transaction
+  -- takes an id: each was committed before that id exists, so the id is
+  -- above the id of every transaction that held one when its claim
+  -- committed (the horizon set below). A horizon not below this snapshot's
+  -- xmax (no committed transaction has such an id) came from another
+  -- cluster (a restore) and is set again. In a transaction that already
+  -- has an id, none is set.
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
+    SELECT coalesce(array_agg(x.ctid), '{}'), coalesce(array_agg(x.xmin), '{}') INTO old_tids, old_xmins
+      FROM micromegas.file_claims x
+     WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
+       AND (x.handed_out_horizon IS NULL
+            OR x.handed_out_horizon >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()));
   END IF;
   -- The candidates: the paths of the oldest expired queue rows no other
   -- transaction holds (another daemon's, a writer's). Their locks are taken
@@ -475,22 +491,18 @@ BEGIN
    WHERE c.file_path = ANY (fresh) AND NOT c.file_path = ANY (dropped);
   -- Old records, last (a record being purged makes a daemon recording its
   -- path wait; purged first, it could wait on one that waits on this one).
-  -- A record past the retention is given a horizon: this transaction's id,
-  -- taken after its claim committed (this statement sees the record; this
-  -- call's own records wait for a later call), so above the id of every
-  -- transaction that held one then. It goes once every transaction below the
-  -- horizon has ended (the snapshot's xmin is at most the oldest running
-  -- id) — a writer whose row waited on the overlap guard before reaching its
-  -- trigger, say. A horizon ahead of this cluster's ids came from another
-  -- cluster (a restore) and is set again. Records another daemon holds are
-  -- left to it.
+  -- Those found past the retention at the start (the same row versions)
+  -- get this transaction's id as their horizon; a record goes once every
+  -- transaction below its horizon has ended (the snapshot's xmin is at most
+  -- the oldest running id) — a writer whose row waited on the overlap guard
+  -- before reaching its trigger, say. Records another daemon holds are left
+  -- to it.
   UPDATE micromegas.file_claims c
      SET handed_out_horizon = pg_catalog.pg_current_xact_id()
    WHERE c.ctid = ANY (ARRAY(
            SELECT x.ctid FROM micromegas.file_claims x
-            WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
-              AND NOT x.file_path = ANY (fresh)
-              AND (x.handed_out_horizon IS NULL OR x.handed_out_horizon > pg_catalog.pg_current_xact_id())
+            WHERE EXISTS (SELECT 1 FROM unnest(old_tids, old_xmins) o(tid, xmin)
+                           WHERE o.tid = x.ctid AND o.xmin = x.xmin)
               FOR UPDATE SKIP LOCKED));
   DELETE FROM micromegas.file_claims c
    WHERE c.ctid = ANY (ARRAY(
