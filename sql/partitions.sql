@@ -98,10 +98,11 @@ CREATE TABLE micromegas.file_claims (
   -- NULL: a statement's own row, deleted by it; otherwise when the file was
   -- handed out for deletion.
   handed_out_at timestamptz,
-  -- Set once the record is past micromegas_views.file_retention: the next
-  -- transaction id then (after the claim committed). The record goes when
-  -- every transaction below it has ended (a writer whose row waited on the
-  -- overlap guard, say, may not have reached its trigger yet).
+  -- Set once the record is past micromegas_views.file_retention: the id of
+  -- a later mm_expired_files call that saw it committed before taking that
+  -- id. The record goes when every transaction below it has ended (a writer
+  -- whose row waited on the overlap guard, say, may not have reached its
+  -- trigger yet).
   handed_out_horizon xid8
 );
 COMMENT ON TABLE micromegas.file_claims IS
@@ -443,6 +444,11 @@ BEGIN
      WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
        AND (x.handed_out_horizon IS NULL
             OR x.handed_out_horizon >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()));
+  ELSIF EXISTS (SELECT 1 FROM micromegas.file_claims x
+                 WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
+                   AND x.handed_out_horizon IS NULL) THEN
+    RAISE NOTICE 'mm_expired_files: records of handed-out files past the retention are not purged in a transaction that has already written'
+      USING HINT = 'Call it in a transaction of its own.';
   END IF;
   -- The candidates: the paths of the oldest expired queue rows no other
   -- transaction holds (another daemon's, a writer's). Their locks are taken
@@ -497,13 +503,16 @@ BEGIN
   -- the oldest running id) — a writer whose row waited on the overlap guard
   -- before reaching its trigger, say. Records another daemon holds are left
   -- to it.
-  UPDATE micromegas.file_claims c
-     SET handed_out_horizon = pg_catalog.pg_current_xact_id()
-   WHERE c.ctid = ANY (ARRAY(
-           SELECT x.ctid FROM micromegas.file_claims x
-            WHERE EXISTS (SELECT 1 FROM unnest(old_tids, old_xmins) o(tid, xmin)
-                           WHERE o.tid = x.ctid AND o.xmin = x.xmin)
-              FOR UPDATE SKIP LOCKED));
+  IF cardinality(old_tids) > 0 THEN
+    UPDATE micromegas.file_claims c
+       SET handed_out_horizon = pg_catalog.pg_current_xact_id()
+     WHERE c.ctid = ANY (ARRAY(
+             SELECT x.ctid FROM micromegas.file_claims x
+              WHERE x.ctid = ANY (old_tids)
+                AND EXISTS (SELECT 1 FROM unnest(old_tids, old_xmins) o(tid, xmin)
+                             WHERE o.tid = x.ctid AND o.xmin = x.xmin)
+                FOR UPDATE SKIP LOCKED));
+  END IF;
   DELETE FROM micromegas.file_claims c
    WHERE c.ctid = ANY (ARRAY(
            SELECT x.ctid FROM micromegas.file_claims x

@@ -123,6 +123,15 @@ INSERT INTO micromegas.temporary_files
 SELECT c.file_path, 1, now() - interval '1 second' FROM micromegas.file_claims c WHERE c.handed_out_at IS NOT NULL;
 SELECT count(*) AS handed_again FROM micromegas.mm_expired_files(10);
 SELECT count(*) AS still_queued FROM micromegas.temporary_files t JOIN micromegas.file_claims c USING (file_path);
+-- In a transaction that has already written, records past the retention
+-- are not purged (their horizon could not be trusted), and it says so.
+SET micromegas_views.file_retention = 0;
+BEGIN;
+INSERT INTO micromegas.temporary_files VALUES ('s3://b/not-yet', 1, now() + interval '1 hour');
+SELECT count(*) AS handed FROM micromegas.mm_expired_files(10);
+ROLLBACK;
+RESET micromegas_views.file_retention;
+SELECT count(*) > 0 AS records_kept FROM micromegas.file_claims WHERE handed_out_at IS NOT NULL;
 -- Its check must see the writers it waited for: READ COMMITTED only.
 BEGIN ISOLATION LEVEL REPEATABLE READ;
 SELECT sqlstate, message, hint FROM mmv_try($$SELECT * FROM micromegas.mm_expired_files(10)$$);
