@@ -37,6 +37,8 @@ DROP FUNCTION micromegas._mm_file_bucket(text);
 COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
 COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
+COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_partitions[]) IS
+  'The files of the given deleted partitions that no partition references any more, once each: what the queue trigger queues and a retirement reports';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 SELECT pg_catalog.pg_extension_config_dump('micromegas.file_claims', '');
@@ -59,11 +61,9 @@ COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
 --@replace CREATE FUNCTION micromegas._mm_actor(
 --@replace CREATE FUNCTION micromegas._mm_audience_problem(
 
--- A retirement reports the files it queued: a file another partition
--- still references is kept, not counted as freed.
---@new CREATE FUNCTION micromegas._mm_unreferenced_bytes(
-COMMENT ON FUNCTION micromegas._mm_unreferenced_bytes(text[],bigint[]) IS
-  'The bytes of the distinct given files no partition references any more: what a retirement queued';
+-- A retirement reports the files it queued (_mm_unreferenced_files, with
+-- the queue trigger, above): a file another partition still references is
+-- kept, not counted as freed.
 --@replace CREATE FUNCTION micromegas.retire_partitions(
 --@replace CREATE FUNCTION micromegas._mm_definitions_retire_dropped(
 --@replace CREATE FUNCTION micromegas.retire_incompatible_partitions(

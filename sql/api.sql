@@ -777,8 +777,8 @@ COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
   'micromegas_views.notify_finished_jobs: whether a job that ends is announced on micromegas_jobs';
 COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time zone,timestamp with time zone,bytea) IS
   'A partition named in messages: view set/instance [begin, end) schema_hash';
-COMMENT ON FUNCTION micromegas._mm_unreferenced_bytes(text[],bigint[]) IS
-  'The bytes of the distinct given files no partition references any more: what a retirement queued';
+COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_partitions[]) IS
+  'The files of the given deleted partitions that no partition references any more, once each: what the queue trigger queues and a retirement reports';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS

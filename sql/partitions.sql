@@ -108,6 +108,19 @@ CREATE TABLE micromegas.file_claims (
 COMMENT ON TABLE micromegas.file_claims IS
   'File paths being written or retired (rows deleted by their own transaction) and files handed out for deletion';
 
+-- The files of these (deleted) partitions that no partition references any
+-- more, once each (with the largest size given for it): what the queue
+-- trigger queues, and what a retirement reports as queued.
+CREATE FUNCTION micromegas._mm_unreferenced_files(gone micromegas.lakehouse_partitions[])
+RETURNS TABLE (file_path text, file_size bigint)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT DISTINCT ON (g.file_path) g.file_path::text, coalesce(g.file_size, 0)
+    FROM unnest(gone) g
+   WHERE g.file_path IS NOT NULL
+     AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = g.file_path)
+   ORDER BY g.file_path, g.file_size DESC NULLS LAST
+$$;
+
 -- The file queue follows what the partitions reference, whatever wrote
 -- them: a file a statement took out of use (the file of a deleted
 -- partition, the old file of one whose file_path an UPDATE changed) goes to
@@ -163,11 +176,8 @@ BEGIN
   END IF;
   IF TG_OP IN ('DELETE', 'UPDATE') THEN
     INSERT INTO micromegas.temporary_files (file_path, file_size, expiration)
-    SELECT DISTINCT ON (g.file_path) g.file_path, coalesce(g.file_size, 0), micromegas._mm_file_expiration()
-      FROM gone g
-     WHERE g.file_path IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = g.file_path)
-     ORDER BY g.file_path, g.file_size DESC NULLS LAST;
+    SELECT u.file_path, u.file_size, micromegas._mm_file_expiration()
+      FROM micromegas._mm_unreferenced_files(ARRAY(SELECT g::micromegas.lakehouse_partitions FROM gone g)) u;
   END IF;
   -- Our rows go: dead when this transaction ends, whatever ends it.
   DELETE FROM micromegas.file_claims c WHERE c.file_path = ANY (taken) AND c.handed_out_at IS NULL;
@@ -190,20 +200,6 @@ CREATE TRIGGER partitions_unqueue_files
 CREATE TRIGGER partitions_no_truncate
   BEFORE TRUNCATE ON micromegas.lakehouse_partitions
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
-
--- What a retirement frees: the bytes of the distinct files among those it
--- took out of use that no partition references any more — what the queue
--- trigger queued (a file a remaining partition shares stays). Called after
--- the statement that deleted the partitions.
-CREATE FUNCTION micromegas._mm_unreferenced_bytes(paths text[], sizes bigint[]) RETURNS bigint
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
-  SELECT coalesce(sum(f.size), 0)::bigint FROM (
-    SELECT DISTINCT ON (x.path) x.path, coalesce(x.size, 0) AS size
-      FROM unnest(paths, sizes) x(path, size)
-     WHERE x.path IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = x.path)
-     ORDER BY x.path, x.size DESC NULLS LAST) f
-$$;
 
 -- How messages name a time and a partition: RFC 3339 in UTC, whatever the
 -- session's TimeZone.
@@ -331,8 +327,7 @@ BEGIN
   END LOOP;
   RETURN QUERY SELECT clock_timestamp(), format('retired %s partition(s) of %s within [%s, %s]; %s bytes queued for deletion',
     cardinality(gone_rows), target, micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time),
-    micromegas._mm_unreferenced_bytes(ARRAY(SELECT g.file_path::text FROM unnest(gone_rows) g),
-                                      ARRAY(SELECT g.file_size FROM unnest(gone_rows) g)));
+    (SELECT coalesce(sum(u.file_size), 0) FROM micromegas._mm_unreferenced_files(gone_rows) u));
 END
 $$;
 
@@ -418,6 +413,7 @@ DECLARE
   dropped text[];
   old_tids tid[];
   old_xmins xid[];
+  retained_until timestamptz;
 BEGIN
   IF max_files IS NULL OR max_files < 1 THEN
     RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
@@ -438,15 +434,15 @@ BEGIN
   -- xmax (no committed transaction has such an id) came from another
   -- cluster (a restore) and is set again. In a transaction that already
   -- has an id, none is set.
+  retained_until := clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds());
   IF pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
     SELECT coalesce(array_agg(x.ctid), '{}'), coalesce(array_agg(x.xmin), '{}') INTO old_tids, old_xmins
       FROM micromegas.file_claims x
-     WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
+     WHERE x.handed_out_at < retained_until
        AND (x.handed_out_horizon IS NULL
             OR x.handed_out_horizon >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()));
   ELSIF EXISTS (SELECT 1 FROM micromegas.file_claims x
-                 WHERE x.handed_out_at < clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds())
-                   AND x.handed_out_horizon IS NULL) THEN
+                 WHERE x.handed_out_at < retained_until AND x.handed_out_horizon IS NULL) THEN
     RAISE NOTICE 'mm_expired_files: records of handed-out files past the retention are not purged in a transaction that has already written'
       USING HINT = 'Call it in a transaction of its own.';
   END IF;
@@ -494,7 +490,7 @@ BEGIN
     RETURNING c.file_path)
   SELECT coalesce(array_agg(u.file_path::text), '{}') INTO dropped FROM unclaimed u;
   UPDATE micromegas.file_claims c SET handed_out_at = clock_timestamp()
-   WHERE c.file_path = ANY (fresh) AND NOT c.file_path = ANY (dropped);
+   WHERE c.file_path = ANY (fresh);
   -- Old records, last (a record being purged makes a daemon recording its
   -- path wait; purged first, it could wait on one that waits on this one).
   -- Those found past the retention at the start (the same row versions)
@@ -605,8 +601,9 @@ BEGIN
       RETURNING l.tid, p.file_path, coalesce(p.file_size, 0) AS file_size
     ), freed AS (
       -- The files the queue trigger queues: those no partition left
-      -- references (this statement sees the retired rows still: they are
-      -- the locked ones), once per path.
+      -- references, once per path (_mm_unreferenced_files' rule, written
+      -- out here because this statement still sees the rows it retires:
+      -- they are the locked ones).
       SELECT DISTINCT ON (c.vs, c.inst, g.file_path) c.vs, c.inst, g.file_size
         FROM gone g JOIN candidates c ON c.tid = g.tid
        WHERE g.file_path IS NOT NULL
@@ -800,15 +797,14 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   n bigint;
   bytes bigint;
-  paths text[];
-  sizes bigint[];
+  gone_rows micromegas.lakehouse_partitions[];
 BEGIN
   WITH gone AS (
     DELETE FROM micromegas.lakehouse_partitions p
      WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
-    RETURNING p.file_path, p.file_size)
-  SELECT count(*), array_agg(g.file_path), array_agg(g.file_size) INTO n, paths, sizes FROM gone g;
-  bytes := micromegas._mm_unreferenced_bytes(paths, sizes);
+    RETURNING p.*)
+  SELECT count(*), coalesce(array_agg(g), '{}') INTO n, gone_rows FROM gone g;
+  SELECT coalesce(sum(u.file_size), 0) INTO bytes FROM micromegas._mm_unreferenced_files(gone_rows) u;
   PERFORM pg_catalog.set_config('micromegas_views.retired', n || ' ' || bytes, true);
   IF n > 0 THEN
     RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',
