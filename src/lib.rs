@@ -5,6 +5,13 @@
 
 mod pg;
 
+/// The system allocator, counting what a helper process's call allocates
+/// (`micromegas_views_core::sandbox`); elsewhere one relaxed load per
+/// allocation.
+#[global_allocator]
+static ALLOCATOR: micromegas_views_core::sandbox::BudgetAllocator =
+    micromegas_views_core::sandbox::BudgetAllocator;
+
 ::pgrx::pg_module_magic!(name, version);
 
 #[pgrx::pg_guard]

@@ -37,7 +37,7 @@ pub fn cte_bodies(query: &sqlparser::ast::Query) -> HashMap<*const sqlparser::as
 }
 
 /// How the daemon treats a view set as a source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SourceKind {
     /// A raw, insert_time-bearing table (blocks): the only kind a count query may read.
@@ -69,7 +69,7 @@ pub struct Catalog {
 /// A view set as the tables store it: what the caller looks up for a
 /// validation (the schema still in its stored base64 IPC form, read on the
 /// planning thread).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
 pub struct CatalogRow {
     pub name: String,
     pub schema_ipc: Option<String>,

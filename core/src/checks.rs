@@ -98,19 +98,20 @@ pub fn validate_parsed(
 ) -> Result<Validated> {
     let [extract_query, count_query, merge_query] = parsed.0;
 
-    let extract = planner::plan(EXTRACT, extract_query, catalog, None)?;
+    let (extract, extract_resolved) = planner::plan_resolving(EXTRACT, extract_query, catalog, None)?;
     check_plan(EXTRACT, &extract)?;
     let schema = output_schema(&extract);
     check_audience(&schema)?;
     check_time_columns(def, &schema)?;
     check_sort_order(def, &schema)?;
 
-    let merge = planner::plan(MERGE, merge_query, catalog, Some(schema.clone()))?;
+    let (merge, merge_resolved) =
+        planner::plan_resolving(MERGE, merge_query, catalog, Some(schema.clone()))?;
     check_plan(MERGE, &merge)?;
     check_merge_reads_source(&merge)?;
     check_merge_schema(&schema, &output_schema(&merge))?;
 
-    let count = planner::plan(COUNT, count_query, catalog, None)?;
+    let (count, count_resolved) = planner::plan_resolving(COUNT, count_query, catalog, None)?;
     check_plan(COUNT, &count)?;
     check_count_placeholders(&count)?;
     check_count_schema(&output_schema(&count))?;
@@ -118,17 +119,26 @@ pub fn validate_parsed(
     isolate::set_phase("validation");
     isolate::checkpoint()?;
 
+    // What a query reads is every view set its planning resolved, in a
+    // CTE it never uses too: DataFusion plans every CTE, so each must exist
+    // (the dependency guard keeps it) and come earlier in the order. The
+    // count must also scan raw block metadata in its final plan.
     let mut reads = BTreeSet::new();
     let mut count_reads_raw = false;
-    for (option, plan) in [(EXTRACT, &extract), (MERGE, &merge), (COUNT, &count)] {
-        for name in scanned_tables(plan) {
+    for (option, plan, resolved) in [
+        (EXTRACT, &extract, extract_resolved),
+        (MERGE, &merge, merge_resolved),
+        (COUNT, &count, count_resolved),
+    ] {
+        let scanned = scanned_tables(plan);
+        for name in resolved.into_iter().chain(scanned.iter().cloned()) {
             let Some(entry) = catalog.get(&name) else {
                 continue;
             };
             if option == COUNT && entry.kind != SourceKind::Raw {
                 return Err(not_raw_count_source(&name));
             }
-            count_reads_raw |= option == COUNT;
+            count_reads_raw |= option == COUNT && scanned.contains(&name);
             if let Some(group) = entry.update_group {
                 if def.update_group <= group {
                     return Err(Error::definition(format!(

@@ -4,7 +4,7 @@
 use std::fmt;
 
 /// What went wrong, at the granularity of a Postgres SQLSTATE.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum ErrorKind {
     /// The statement does not follow the DDL grammar (42601 syntax_error).
     Syntax,
@@ -30,6 +30,10 @@ pub enum ErrorKind {
     /// it is one more way a statement is too complex; to a re-check it says
     /// nothing about the definition, see [`ErrorKind::is_about_the_definition`]).
     TimeLimit,
+    /// The work went past its memory budget and its helper process was
+    /// stopped (54001 statement_too_complex, like the time limit: to a
+    /// re-check it says nothing about the definition).
+    MemoryLimit,
     /// The caller stopped waiting for the work (57014 query_canceled); the
     /// caller has already raised its own error.
     Cancelled,
@@ -56,13 +60,16 @@ impl ErrorKind {
             | ErrorKind::InvalidSchema
             | ErrorKind::ProgramLimit
             | ErrorKind::TooComplex => true,
-            ErrorKind::TimeLimit | ErrorKind::Cancelled | ErrorKind::Internal => false,
+            ErrorKind::TimeLimit
+            | ErrorKind::MemoryLimit
+            | ErrorKind::Cancelled
+            | ErrorKind::Internal => false,
         }
     }
 }
 
 /// An error with the parts Postgres reports: message, DETAIL and HINT.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Error {
     pub kind: ErrorKind,
     pub message: String,

@@ -251,8 +251,13 @@ pub fn max_plan_nodes() -> usize {
 }
 
 /// Names what the current job is doing, for the time-limit message
-/// (e.g. `extract_query`).
+/// (e.g. `extract_query`); in a helper process, also in the page its caller
+/// reads when it has to stop the helper itself.
 pub fn set_phase(phase: &str) {
+    let page = SHARED_PHASE_PAGE.load(Ordering::Relaxed);
+    if !page.is_null() {
+        PhasePage(page).write(phase);
+    }
     BUDGET.with(|b| {
         if let Some(budget) = b.borrow().as_ref() {
             let mut p = budget
@@ -264,6 +269,96 @@ pub fn set_phase(phase: &str) {
         }
     });
 }
+
+/// Runs the current thread's work under `budget` until the guard drops
+/// (the requests of a helper process: see the `sandbox` module).
+pub fn enter(budget: Budget) -> Entered {
+    budget.started.store(true, Ordering::SeqCst);
+    BUDGET.with(|b| *b.borrow_mut() = Some(budget));
+    Entered(())
+}
+
+/// Ends the budget [`enter`] began.
+pub struct Entered(());
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        BUDGET.with(|b| *b.borrow_mut() = None);
+    }
+}
+
+/// A page of memory shared between a helper process and its caller, where
+/// the helper writes the phase it is in (a length, then UTF-8).
+#[derive(Debug, Clone, Copy)]
+pub struct PhasePage(*mut u8);
+
+// SAFETY: the page is plain shared memory; readers tolerate a torn phase
+// name (it only names the phase in a message).
+unsafe impl Send for PhasePage {}
+
+const PHASE_PAGE_BYTES: usize = 4096;
+
+impl PhasePage {
+    /// Maps a fresh shared page (it stays shared across `fork`).
+    pub fn map() -> Option<PhasePage> {
+        // SAFETY: an anonymous shared mapping of one page.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                PHASE_PAGE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        (p != libc::MAP_FAILED).then_some(PhasePage(p.cast()))
+    }
+
+    pub fn unmap(self) {
+        // SAFETY: the page this value mapped; no copy is used after.
+        unsafe { libc::munmap(self.0.cast(), PHASE_PAGE_BYTES) };
+    }
+
+    pub fn write(&self, phase: &str) {
+        let bytes = &phase.as_bytes()[..phase.len().min(PHASE_PAGE_BYTES - 2)];
+        // SAFETY: within the mapped page.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.0.add(2), bytes.len());
+            std::ptr::write_volatile(self.0.cast::<u16>(), bytes.len() as u16);
+        }
+    }
+
+    pub fn clear(&self) {
+        // SAFETY: within the mapped page.
+        unsafe { std::ptr::write_volatile(self.0.cast::<u16>(), 0) };
+    }
+
+    pub fn read(&self) -> String {
+        // SAFETY: within the mapped page; the length is clamped.
+        unsafe {
+            let len = (std::ptr::read_volatile(self.0.cast::<u16>()) as usize).min(PHASE_PAGE_BYTES - 2);
+            String::from_utf8_lossy(std::slice::from_raw_parts(self.0.add(2), len)).into_owned()
+        }
+    }
+}
+
+/// Makes `set_phase` publish in `page` (in a helper process, which maps
+/// one page for its life).
+pub fn set_phase_page(page: PhasePage) {
+    SHARED_PHASE_PAGE.store(page.0, Ordering::SeqCst);
+}
+
+/// Empties the published phase between two requests.
+pub fn clear_phase_page() {
+    let p = SHARED_PHASE_PAGE.load(Ordering::SeqCst);
+    if !p.is_null() {
+        PhasePage(p).clear();
+    }
+}
+
+static SHARED_PHASE_PAGE: std::sync::atomic::AtomicPtr<u8> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// How a helper thread is started. The host (the pgrx shell) may wrap the
 /// spawn, e.g. to block its signals so that the new thread inherits a mask

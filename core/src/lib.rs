@@ -3,7 +3,9 @@
 //! The data's path: [`ddl`] parses a statement, [`options`] turns it into a
 //! [`Definition`], [`planner`] plans its queries against a [`Catalog`],
 //! [`checks`] runs seed 000's CREATE-time checks, [`schema`] encodes and
-//! hashes the result. [`isolate`] runs it all on a big-stack helper thread.
+//! hashes the result. [`isolate`] runs it all on a big-stack thread with
+//! a deadline, and [`sandbox`] runs that in a helper process a host can
+//! stop, under a memory budget.
 
 pub mod author;
 pub mod builtins;
@@ -19,6 +21,7 @@ pub mod options;
 pub mod planner;
 pub mod prepare;
 pub mod properties;
+pub mod sandbox;
 pub mod schema;
 pub mod width;
 

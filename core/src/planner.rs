@@ -426,6 +426,10 @@ struct Provider<'a> {
     instance_only: RefCell<Vec<String>>,
     /// The budget error that stopped planning, if any.
     interrupted: RefCell<Option<Error>>,
+    /// Every view set planning resolved, whether or not the final plan
+    /// scans it: DataFusion plans every CTE, used or not, so each of these
+    /// must exist and come earlier in the materialization order.
+    resolved: RefCell<std::collections::BTreeSet<String>>,
     /// The names of the query's common table expressions: DataFusion asks
     /// for every relation it reads, a CTE too (and uses the CTE when it
     /// has one), so a CTE name is no missing view set.
@@ -478,7 +482,10 @@ impl ContextProvider for Provider<'_> {
                 *self.interrupted.borrow_mut() = Some(failed_source(self.option, table, error));
                 plan_err!("view set \"{table}\" failed to load")
             }
-            Some(entry) => Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema)))),
+            Some(entry) => {
+                self.resolved.borrow_mut().insert(table.to_string());
+                Ok(Arc::new(LogicalTableSource::new(Arc::clone(&entry.schema))))
+            }
             None => {
                 if !self.ctes.contains(table.as_ref()) {
                     self.missing.borrow_mut().push(table.to_string());
@@ -647,7 +654,19 @@ pub fn plan(
     catalog: &Catalog,
     source: Option<SchemaRef>,
 ) -> Result<LogicalPlan> {
+    plan_resolving(option, query, catalog, source).map(|(plan, _)| plan)
+}
+
+/// [`plan`], and the name of every view set planning resolved (in any CTE,
+/// subquery or set operation, whether the final plan reads it or not).
+pub fn plan_resolving(
+    option: &str,
+    query: Box<sqlparser::ast::Query>,
+    catalog: &Catalog,
+    source: Option<SchemaRef>,
+) -> Result<(LogicalPlan, std::collections::BTreeSet<String>)> {
     let provider = Provider {
+        resolved: RefCell::new(Default::default()),
         option,
         catalog,
         source,
@@ -717,6 +736,7 @@ pub fn plan(
         Error::definition(format!("{option} does not plan: {}", first_line(&detail)))
             .with_detail(detail)
     })
+    .map(|plan| (plan, provider.resolved.take()))
 }
 
 /// Parses one SQL expression (all of `text`), with the same nesting
@@ -773,6 +793,7 @@ pub fn plan_expression(
 ) -> Result<Expr> {
     let catalog = Catalog::default();
     let provider = Provider {
+        resolved: RefCell::new(Default::default()),
         option,
         catalog: &catalog,
         source: None,

@@ -14,7 +14,7 @@ use arrow_schema::Schema;
 use sha2::{Digest, Sha256};
 
 /// A row as written: any of the statement and the columns may be missing.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RowInput {
     pub view_set_name: Option<String>,
     pub definition_sql: Option<String>,
@@ -26,7 +26,7 @@ pub struct RowInput {
 }
 
 /// What a row defines, before planning.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Derived {
     pub definition: Definition,
     /// The statement said CREATE OR REPLACE.
@@ -58,7 +58,7 @@ impl PartialEq for Derived {
 }
 
 /// Every column a validated row stores.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Prepared {
     pub definition_sql: String,
     pub view_options: serde_json::Value,

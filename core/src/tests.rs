@@ -1221,6 +1221,7 @@ const LAYERS: &[&str] = &[
     "deny",
     "properties",
     "jobs",
+    "sandbox",
 ];
 
 #[test]

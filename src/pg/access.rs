@@ -1,9 +1,9 @@
 //! The Rust steps of the query deny list and the query fingerprint
 //! (`sql/access.sql` calls them). Rule text and queries are caller text:
-//! read on the planning thread only.
+//! read in the helper process only.
 
 use super::errors::OrRaise;
-use super::thread::run_isolated;
+use super::helper::run_isolated;
 use micromegas_views_core::deny;
 use pgrx::prelude::*;
 
@@ -14,8 +14,10 @@ mod micromegas {
     /// raises the first problem.
     #[pg_extern(immutable, parallel_safe, name = "_mm_check_deny_rule")]
     fn check_deny_rule(match_expr: &str) -> bool {
-        let text = match_expr.to_owned();
-        run_isolated(move || deny::compile(&text).map(|_| true)).or_raise()
+        run_isolated(match_expr.to_owned(), |text| {
+            deny::compile(&text).map(|_| true)
+        })
+        .or_raise()
     }
 
     /// The 1-based position of the first rule whose expression is TRUE for
@@ -32,7 +34,9 @@ mod micromegas {
         }
         let rules: Vec<(String, String)> = rule_ids.into_iter().zip(match_exprs).collect();
         let context: [Option<String>; 12] = context.try_into().expect("length checked above");
-        run_isolated(move || deny::first_match(&rules, &context))
+        run_isolated((rules, context), |(rules, context)| {
+            deny::first_match(&rules, &context)
+        })
             .or_raise()
             .map(|i| i as i32 + 1)
     }
@@ -48,7 +52,6 @@ mod micromegas {
     /// (16 hex digits): what a deny rule matches as `sql_hash`.
     #[pg_extern(immutable, parallel_safe, strict, name = "mm_sql_hash")]
     fn sql_hash(sql: &str) -> String {
-        let text = sql.to_owned();
-        run_isolated(move || deny::sql_hash(&text)).or_raise()
+        run_isolated(sql.to_owned(), |text| deny::sql_hash(&text)).or_raise()
     }
 }

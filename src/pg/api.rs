@@ -3,14 +3,14 @@
 //! small readers.
 //!
 //! Every function here that reads caller-supplied text or bytes does all of
-//! that reading inside `run_isolated`: on a planning thread (large stack,
-//! panics caught), under the session's limits, with the backend servicing
-//! interrupts while it waits. Postgres itself (SPI) is called only from the
-//! backend's thread, between two isolated steps.
+//! that reading inside `run_isolated`: in the backend's helper process
+//! (large stack, panics caught, stopped past its time or memory budget),
+//! with the backend servicing interrupts while it waits. Postgres itself
+//! (SPI) is called only from the backend, between two isolated steps.
 
 use super::errors::{raise, OrRaise};
 use super::settings;
-use super::thread::run_isolated;
+use super::helper::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
 use micromegas_views_core::options::{check_name, check_view_name, NameUse};
 use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput, StoredValidation};
@@ -207,7 +207,7 @@ fn same_row(last: &RowInput, defined: &Derived, row: &RowInput) -> bool {
         && *view_options == row.view_options
 }
 
-/// What `row` defines ([`prepare::derive`] on the planning thread, or the
+/// What `row` defines ([`prepare::derive`] in the helper process, or the
 /// last answer when the row is the same).
 fn derive(row: RowInput) -> micromegas_views_core::Result<Derived> {
     if let Some(derived) = LAST_DERIVED.with_borrow(|last| {
@@ -218,7 +218,7 @@ fn derive(row: RowInput) -> micromegas_views_core::Result<Derived> {
         return Ok(derived);
     }
     let input = row.clone();
-    let derived = run_isolated(move || prepare::derive(row))?;
+    let derived = run_isolated(row, prepare::derive)?;
     LAST_DERIVED.set(Some((input, derived.clone())));
     Ok(derived)
 }
@@ -300,7 +300,9 @@ fn try_prepare_row(
                 let (derived, rows) = (key.0.clone(), key.1.clone());
                 PLANNED.set(PLANNED.get() + 1);
                 let prepared =
-                    run_isolated(move || prepare::prepare(&derived, &rows, keep_failed))?;
+                    run_isolated((derived, rows, keep_failed), |(derived, rows, keep_failed)| {
+                        prepare::prepare(&derived, &rows, keep_failed)
+                    })?;
                 if prepared.load_error.is_none() {
                     remember(key.clone(), prepared.clone());
                 }
@@ -556,8 +558,7 @@ mod micromegas {
             name!(if_exists, bool),
         ),
     > {
-        let text = statement.to_owned();
-        let target = run_isolated(move || {
+        let target = run_isolated(statement.to_owned(), |text| {
             let bare = text.trim().trim_end_matches(';').trim_end();
             if !bare.is_empty()
                 && bare
@@ -594,8 +595,7 @@ mod micromegas {
             name!(schema_hash, Vec<u8>),
         ),
     > {
-        let text = schema_text.to_owned();
-        let (ipc, json, hash) = run_isolated(move || {
+        let (ipc, json, hash) = run_isolated(schema_text.to_owned(), |text| {
             let parsed = schema::parse_any(&text)?;
             Ok((
                 schema::to_ipc_base64(&parsed)?,
@@ -610,8 +610,10 @@ mod micromegas {
     /// The readable one-field-per-line form of a stored schema.
     #[pg_extern(immutable, parallel_safe, name = "_mm_format_schema")]
     fn format_schema(schema_ipc: &str) -> String {
-        let text = schema_ipc.to_owned();
-        run_isolated(move || Ok(schema::format(&*schema::from_ipc_base64(&text)?))).or_raise()
+        run_isolated(schema_ipc.to_owned(), |text| {
+            Ok(schema::format(&*schema::from_ipc_base64(&text)?))
+        })
+        .or_raise()
     }
 
     /// The name rule of `usage` (`create`, `reference` or `builtin`),

@@ -14,7 +14,9 @@ pub fn sqlstate(kind: ErrorKind) -> PgSqlErrorCode {
         ErrorKind::InvalidDefinition => PgSqlErrorCode::ERRCODE_INVALID_OBJECT_DEFINITION,
         ErrorKind::InvalidSchema => PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
         ErrorKind::ProgramLimit => PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
-        ErrorKind::TooComplex | ErrorKind::TimeLimit => PgSqlErrorCode::ERRCODE_STATEMENT_TOO_COMPLEX,
+        ErrorKind::TooComplex | ErrorKind::TimeLimit | ErrorKind::MemoryLimit => {
+            PgSqlErrorCode::ERRCODE_STATEMENT_TOO_COMPLEX
+        }
         ErrorKind::Cancelled => PgSqlErrorCode::ERRCODE_QUERY_CANCELED,
         ErrorKind::Internal => PgSqlErrorCode::ERRCODE_INTERNAL_ERROR,
     }

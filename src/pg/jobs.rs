@@ -4,7 +4,7 @@
 //! SET clause every SQL function of the extension carries) Postgres parsed
 //! and planned its body at every call, a tenth of a worker's backend time.
 //! Its input is a fixed 16 bytes and SHA-256 is bounded work, so it runs on
-//! the backend's thread, not the planning thread.
+//! the backend itself, not in the helper process.
 
 mod micromegas {
     use micromegas_views_core::jobs;

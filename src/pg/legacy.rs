@@ -9,7 +9,7 @@
 //! current functions use.
 
 use super::errors::OrRaise;
-use super::thread::run_isolated;
+use super::helper::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
 use micromegas_views_core::prepare::{self, RowInput};
 use super::api::{definition_columns, overrides_from, prepare_row, stored_row};
@@ -29,9 +29,8 @@ fn definition_from_value(value: Value) -> Result<Definition> {
 
 #[pg_extern(sql = false, immutable, parallel_safe)]
 fn parse_statement(statement: &str) -> JsonB {
-    let statement = statement.to_owned();
     JsonB(
-        run_isolated(move || match ddl::parse(&statement)? {
+        run_isolated(statement.to_owned(), |statement| match ddl::parse(&statement)? {
             Statement::Create(create) => {
                 let definition = Definition::from_statement(&create)?;
                 Ok(json!({
@@ -69,7 +68,12 @@ fn definition_from_row(
         update_group,
         view_options: view_options.map(|j| j.0),
     };
-    JsonB(run_isolated(move || Ok(definition_value(&prepare::derive(row)?.definition))).or_raise())
+    JsonB(
+        run_isolated(row, |row| {
+            Ok(definition_value(&prepare::derive(row)?.definition))
+        })
+        .or_raise(),
+    )
 }
 
 #[pg_extern(sql = false, immutable, parallel_safe)]
@@ -88,7 +92,7 @@ fn render_create(
     merge_sort_order: Option<String>,
     or_replace: bool,
 ) -> String {
-    let values = OptionValues::from_positional([
+    let values = [
         extract_query,
         count_src_query,
         merge_partitions_query,
@@ -99,22 +103,27 @@ fn render_create(
         source_partition_delta,
         merge_partition_delta,
         merge_sort_order,
-    ]);
-    run_isolated(move || Ok(values.into_definition(&name)?.render(or_replace))).or_raise()
+    ];
+    run_isolated((name, values, or_replace), |(name, values, or_replace)| {
+        Ok(OptionValues::from_positional(values)
+            .into_definition(&name)?
+            .render(or_replace))
+    })
+    .or_raise()
 }
 
 #[pg_extern(sql = false, immutable, parallel_safe)]
 fn referenced_relations(definition: JsonB) -> Vec<String> {
-    let definition = definition.0;
-    run_isolated(move || checks::referenced_relations(&definition_from_value(definition)?))
-        .or_raise()
+    run_isolated(definition.0, |definition| {
+        checks::referenced_relations(&definition_from_value(definition)?)
+    })
+    .or_raise()
 }
 
 #[pg_extern(sql = false, immutable, parallel_safe)]
 fn validate(definition: JsonB, catalog: JsonB) -> JsonB {
-    let (definition, catalog) = (definition.0, catalog.0);
     JsonB(
-        run_isolated(move || {
+        run_isolated((definition.0, catalog.0), |(definition, catalog)| {
             let definition = definition_from_value(definition)?;
             let catalog = Catalog::from_json(&catalog)?;
             let validated = checks::validate(&definition, &catalog)?;
@@ -133,9 +142,8 @@ fn validate(definition: JsonB, catalog: JsonB) -> JsonB {
 
 #[pg_extern(sql = false, immutable, parallel_safe)]
 fn normalize_schema(schema_text: &str) -> JsonB {
-    let text = schema_text.to_owned();
     JsonB(
-        run_isolated(move || {
+        run_isolated(schema_text.to_owned(), |text| {
             let parsed = schema::parse_any(&text)?;
             Ok(json!({
                 "schema_ipc": schema::to_ipc_base64(&parsed)?,

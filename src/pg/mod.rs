@@ -1,5 +1,5 @@
 //! The thin pgrx shell: SQL-callable steps, error mapping, settings, the
-//! planning thread.
+//! helper process that runs core work.
 
 mod access;
 pub(crate) mod api;
@@ -7,5 +7,5 @@ mod errors;
 mod jobs;
 mod legacy;
 pub mod settings;
-mod thread;
+mod helper;
 pub mod trust;

@@ -2,7 +2,8 @@
 //!
 //! | setting | who may change it | default | range |
 //! |---|---|---|---|
-//! | `micromegas_views.validation_timeout` | any role, per session | 5s | 10ms – 60s |
+//! | `micromegas_views.validation_timeout` | any role, per session; above the default only for admins | 5s | 10ms – 60s |
+//! | `micromegas_views.validation_memory` | superusers only | 256MB | 16MB – 16GB |
 //! | `micromegas_views.max_plan_nodes` | superusers only | 10000 | 100 – 250000 |
 //! | `micromegas_views.query_deny_max_rules` | superusers only | 100 | 1 – 10000 |
 //! | `micromegas_views.file_retention` | superusers only | 1h | 0 – 30d |
@@ -10,6 +11,7 @@
 //! | `micromegas_views.job_max_attempts` | superusers only | 3 | 1 – 100 |
 //! | `micromegas_views.notify_finished_jobs` | superusers only | off | on/off |
 //! | `micromegas_views.adopt_existing_roles` | superusers only | off | on/off |
+//! | `micromegas_views.extension_role` | superusers only | (none) | the role's name, as a role setting |
 //! | `micromegas_views.author_checks` | any role, per session | warn | off, warn, error |
 //!
 //! The author checks apply at the stricter of `author_checks` and what an
@@ -23,16 +25,25 @@
 //! job is announced (a deployment's choice: every commit that notifies takes
 //! a database-wide lock, so announcing each finish halves a busy queue). The deny list's
 //! cap is a limit an ordinary role must not lift, so it is superuser-only too. The time limit may be
-//! raised by any role because it is capped at a minute and
-//! `statement_timeout` and cancellation still apply; the plan-node limit
-//! bounds memory as well as time, so only a superuser may raise it.
+//! set by any role, but only a member of `micromegas_admin` (or a
+//! superuser) gets more than the default: a reader's dry runs and
+//! fingerprints run under 5 s whatever it sets, so no role outside the
+//! admins can hold a helper process busy for a minute at a time. The
+//! memory budget and the plan-node limit bound memory, so only a superuser
+//! may raise them.
 
 use micromegas_views_core::isolate;
+use micromegas_views_core::sandbox;
 use micromegas_views_core::planner::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::time::Duration;
 
-static VALIDATION_TIMEOUT_MS: GucSetting<i32> = GucSetting::<i32>::new(5_000);
+/// The default validation time limit, and the most a non-admin gets.
+const DEFAULT_VALIDATION_TIMEOUT_MS: i32 = 5_000;
+static VALIDATION_TIMEOUT_MS: GucSetting<i32> =
+    GucSetting::<i32>::new(DEFAULT_VALIDATION_TIMEOUT_MS);
+static VALIDATION_MEMORY_MB: GucSetting<i32> =
+    GucSetting::<i32>::new((sandbox::DEFAULT_MEMORY_BYTES >> 20) as i32);
 const MAX_VALIDATION_TIMEOUT_MS: i32 = isolate::MAX_VALIDATION_TIMEOUT.as_millis() as i32;
 static MAX_PLAN_NODES: GucSetting<i32> = GucSetting::<i32>::new(DEFAULT_MAX_PLAN_NODES as i32);
 static QUERY_DENY_MAX_RULES: GucSetting<i32> = GucSetting::<i32>::new(100);
@@ -40,6 +51,8 @@ static FILE_RETENTION_S: GucSetting<i32> = GucSetting::<i32>::new(3_600);
 static JOB_LEASE_S: GucSetting<i32> = GucSetting::<i32>::new(300);
 static JOB_MAX_ATTEMPTS: GucSetting<i32> = GucSetting::<i32>::new(3);
 static ADOPT_EXISTING_ROLES: GucSetting<bool> = GucSetting::<bool>::new(false);
+static EXTENSION_ROLE: GucSetting<Option<std::ffi::CString>> =
+    GucSetting::<Option<std::ffi::CString>>::new(None);
 static NOTIFY_FINISHED_JOBS: GucSetting<bool> = GucSetting::<bool>::new(false);
 
 /// What a definition that misses an author obligation gets, from the most
@@ -59,12 +72,22 @@ pub fn register() {
     GucRegistry::define_int_guc(
         c"micromegas_views.validation_timeout",
         c"Longest time one validation (parsing, planning and checking a definition or schema) may take.",
-        c"Past it the statement fails with SQLSTATE 54001. statement_timeout and pg_cancel_backend still apply.",
+        c"Past it the statement fails with SQLSTATE 54001. statement_timeout and pg_cancel_backend still apply. Above the default (5s) only for superusers and members of micromegas_admin; other roles are held to the default.",
         &VALIDATION_TIMEOUT_MS,
         10,
         MAX_VALIDATION_TIMEOUT_MS,
         GucContext::Userset,
         GucFlags::UNIT_MS,
+    );
+    GucRegistry::define_int_guc(
+        c"micromegas_views.validation_memory",
+        c"Most memory one validation (or deny rule, fingerprint, schema decoding) may allocate in the backend's helper process.",
+        c"Past it the helper process is stopped and the statement fails with SQLSTATE 54001. Superuser only.",
+        &VALIDATION_MEMORY_MB,
+        (sandbox::MIN_MEMORY_BYTES >> 20) as i32,
+        (sandbox::MAX_MEMORY_BYTES >> 20) as i32,
+        GucContext::Suset,
+        GucFlags::UNIT_MB,
     );
     GucRegistry::define_int_guc(
         c"micromegas_views.max_plan_nodes",
@@ -132,6 +155,14 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
+    GucRegistry::define_string_guc(
+        c"micromegas_views.extension_role",
+        c"The mark CREATE EXTENSION sets on its own roles (ALTER ROLE ... SET, the role's name), so that a later CREATE EXTENSION recognises them.",
+        c"Superuser only, so no other role can forge it; it changes nothing in a session.",
+        &EXTENSION_ROLE,
+        GucContext::Suset,
+        GucFlags::default(),
+    );
     GucRegistry::define_enum_guc(
         c"micromegas_views.author_checks",
         c"What a definition that misses an author obligation gets: off, warn (a WARNING, class 01) or error (refused, class 42).",
@@ -174,11 +205,40 @@ pub fn query_deny_max_rules() -> i32 {
 /// The session's limit, except in the extension's own re-check of a
 /// dependent: a caller's short timeout must not decide that a valid view
 /// "no longer validates" (statement_timeout and cancellation still apply).
+/// A caller that is not an admin gets at most the default.
 pub fn validation_timeout() -> Duration {
     if crate::pg::trust::held("recheck") {
         return Duration::from_millis(MAX_VALIDATION_TIMEOUT_MS as u64);
     }
-    Duration::from_millis(VALIDATION_TIMEOUT_MS.get().max(1) as u64)
+    let asked = VALIDATION_TIMEOUT_MS.get().max(1);
+    let ms = if asked > DEFAULT_VALIDATION_TIMEOUT_MS && !crate::pg::trust::caller_is_admin() {
+        DEFAULT_VALIDATION_TIMEOUT_MS
+    } else {
+        asked
+    };
+    Duration::from_millis(ms as u64)
+}
+
+/// The time-limit error of a caller held to the default says so.
+pub fn explain_time_limit(
+    e: micromegas_views_core::Error,
+    timeout: Duration,
+) -> micromegas_views_core::Error {
+    let held = e.kind == micromegas_views_core::ErrorKind::TimeLimit
+        && timeout == Duration::from_millis(DEFAULT_VALIDATION_TIMEOUT_MS as u64)
+        && VALIDATION_TIMEOUT_MS.get() > DEFAULT_VALIDATION_TIMEOUT_MS
+        && !crate::pg::trust::held("recheck")
+        && !crate::pg::trust::caller_is_admin();
+    if held {
+        e.with_hint("Simplify the query. Only superusers and members of micromegas_admin get more than the default validation_timeout (5s); this role is held to it.")
+    } else {
+        e
+    }
+}
+
+/// `micromegas_views.validation_memory`, in bytes.
+pub fn validation_memory_bytes() -> usize {
+    (VALIDATION_MEMORY_MB.get().max(1) as usize) << 20
 }
 
 pub fn max_plan_nodes() -> usize {

@@ -82,6 +82,21 @@ pub fn register() {
     }
 }
 
+/// Whether the caller (outside every SECURITY DEFINER function) is a
+/// superuser or has the privileges of `micromegas_admin`: who may give one
+/// validation more than the default time.
+pub fn caller_is_admin() -> bool {
+    // SAFETY: backend globals and syscache lookups on the backend's thread.
+    unsafe {
+        let caller = pg_sys::GetOuterUserId();
+        if pg_sys::superuser_arg(caller) {
+            return true;
+        }
+        let admin = pg_sys::get_role_oid(c"micromegas_admin".as_ptr(), true);
+        admin != pg_sys::InvalidOid && pg_sys::has_privs_of_role(caller, admin)
+    }
+}
+
 mod micromegas {
     use super::*;
 

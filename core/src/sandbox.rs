@@ -1,0 +1,763 @@
+//! Runs work on caller text in a helper process that can be stopped.
+//!
+//! A thread cannot be stopped between two checkpoints, and DataFusion has
+//! long passes with none (expanding wildcards over thousands of chained
+//! CTEs, for example): an abandoned planning thread goes on allocating until
+//! it ends, and an allocation that fails aborts the whole process — in
+//! Postgres, the postmaster then restarts every session. So the extension
+//! runs every function that reads caller text or bytes in a **helper
+//! process**: one per backend, forked from it on first use and kept for the
+//! next calls. A call is a plain function (`fn(A) -> Result<R>`) and its
+//! argument, sent over a pipe as JSON with the function's address (the
+//! helper is a fork of the same process, so the address is the same
+//! function there); the answer comes back the same way.
+//!
+//! Limits, each enforced outside the work itself:
+//! - **Time.** The caller waits in ticks, servicing its own interrupts
+//!   (cancel, `statement_timeout`, terminate) between them; at the deadline,
+//!   or when an interrupt unwinds the caller, the helper is killed
+//!   (`SIGKILL`) and reaped before the caller goes on, so the work and
+//!   everything it allocated are gone with the statement. The next call
+//!   forks a new helper.
+//! - **Memory.** [`BudgetAllocator`], the process's global allocator, counts
+//!   what a call allocates net of what it frees; past the call's budget the
+//!   helper exits at once with [`EXIT_MEMORY`], and the caller answers the
+//!   memory-limit error. The kernel caps the helper too (`RLIMIT_AS`: its
+//!   address space at the start of the call plus the budget and a margin),
+//!   for anything the counter does not see.
+//! - **Isolation.** The helper is not a child of the postmaster: its death,
+//!   whatever the cause, never restarts the cluster. It touches no shared
+//!   memory (it runs only this crate's pure code), leaves Postgres' signal
+//!   handlers behind (it dies with the backend's process group on
+//!   terminate or shutdown, ignores a cancel, which the backend handles by
+//!   killing it, and dies when the backend does: `PR_SET_PDEATHSIG`), keeps
+//!   no file descriptor of the backend but its two pipes and standard
+//!   streams, and exits with `_exit`, running no exit handler of the
+//!   backend.
+//!
+//! Inside the helper the work runs on a thread with a large stack
+//! ([`crate::isolate::STACK_BYTES`]) under a [`crate::isolate`] budget, so
+//! the checkpoints still end it with a message naming its phase; the phase
+//! is also published in a page shared with the caller, which names it when
+//! it has to kill the helper instead.
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::isolate::{self, Budget};
+use serde::{de::DeserializeOwned, Serialize};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::RefCell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// Default memory budget of one call (`micromegas_views.validation_memory`).
+pub const DEFAULT_MEMORY_BYTES: usize = 256 << 20;
+/// Smallest budget the setting accepts.
+pub const MIN_MEMORY_BYTES: usize = 16 << 20;
+/// Largest budget the setting accepts.
+pub const MAX_MEMORY_BYTES: usize = 16 << 30;
+
+/// Exit status of a helper whose call went past its memory budget.
+pub const EXIT_MEMORY: i32 = 86;
+/// Exit status of a helper that could not set itself up.
+const EXIT_BROKEN: i32 = 87;
+
+/// Address space granted above the budget: what the allocator's own
+/// bookkeeping and a call's first pages need besides the counted bytes.
+const ADDRESS_SPACE_MARGIN: usize = 128 << 20;
+/// How long the caller waits between two interrupt checks.
+const TICK: Duration = Duration::from_millis(5);
+/// A helper that allocated more than this in one call gives the free memory
+/// back to the kernel after it (`malloc_trim`).
+const TRIM_ABOVE: isize = 16 << 20;
+
+/// The limits of one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub timeout: Duration,
+    pub memory_bytes: usize,
+    pub max_plan_nodes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            timeout: Duration::from_secs(5),
+            memory_bytes: DEFAULT_MEMORY_BYTES,
+            max_plan_nodes: isolate::DEFAULT_MAX_PLAN_NODES,
+        }
+    }
+}
+
+/// The memory-limit error of a call with budget `bytes`.
+pub fn memory_limit_error(bytes: usize) -> Error {
+    Error::new(
+        ErrorKind::MemoryLimit,
+        format!(
+            "validation exceeded its memory limit of {} MB",
+            bytes >> 20
+        ),
+    )
+    .with_detail(format!(
+        "Validation runs in a helper process that is stopped once what it allocates passes micromegas_views.validation_memory ({} MB).",
+        bytes >> 20
+    ))
+    .with_hint("Simplify the input; a superuser may raise micromegas_views.validation_memory.")
+}
+
+// ---------------------------------------------------------------------------
+// The allocator
+
+/// The global allocator of a process that runs helpers: the system's, with
+/// a counter that is live only inside a helper's call (one relaxed load per
+/// allocation elsewhere).
+pub struct BudgetAllocator;
+
+/// The budget of the call in progress in this process; 0: not counting.
+static LIMIT: AtomicUsize = AtomicUsize::new(0);
+/// Bytes allocated minus bytes freed since the call began (frees of what
+/// was allocated before it make it negative).
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+/// The highest `LIVE` of the call.
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+#[inline]
+fn grow(bytes: usize) {
+    let limit = LIMIT.load(Ordering::Relaxed);
+    if limit == 0 {
+        return;
+    }
+    let live = LIVE.fetch_add(bytes as isize, Ordering::Relaxed) + bytes as isize;
+    if live > limit as isize {
+        over_budget();
+    }
+    if live > PEAK.load(Ordering::Relaxed) {
+        PEAK.store(live, Ordering::Relaxed);
+    }
+}
+
+#[inline]
+fn shrink(bytes: usize) {
+    if LIMIT.load(Ordering::Relaxed) != 0 {
+        LIVE.fetch_sub(bytes as isize, Ordering::Relaxed);
+    }
+}
+
+/// A helper past its budget (or refused memory by the kernel) ends at once:
+/// nothing unwinds, nothing is printed, and the caller reads the status.
+#[cold]
+fn over_budget() -> ! {
+    // SAFETY: ends this process (a helper); runs no handler of any kind.
+    unsafe { libc::_exit(EXIT_MEMORY) }
+}
+
+#[inline]
+fn checked(ptr: *mut u8) -> *mut u8 {
+    if ptr.is_null() && LIMIT.load(Ordering::Relaxed) != 0 {
+        over_budget();
+    }
+    ptr
+}
+
+// SAFETY: every method forwards to `System` with the same arguments; the
+// counting touches only atomics.
+unsafe impl GlobalAlloc for BudgetAllocator {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        grow(layout.size());
+        checked(System.alloc(layout))
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        grow(layout.size());
+        checked(System.alloc_zeroed(layout))
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout);
+        shrink(layout.size());
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let old = layout.size();
+        if new_size > old {
+            grow(new_size - old);
+        }
+        let moved = checked(System.realloc(ptr, layout, new_size));
+        if new_size < old {
+            shrink(old - new_size);
+        }
+        moved
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The caller's side
+
+/// The helper of this thread (a backend has one thread).
+struct Helper {
+    pid: libc::pid_t,
+    /// Requests go here.
+    to_helper: libc::c_int,
+    /// Answers come from here.
+    from_helper: libc::c_int,
+    /// The page the helper publishes its phase in.
+    phase: isolate::PhasePage,
+}
+
+impl Helper {
+    /// Kills the helper (if it still runs) and reaps it.
+    fn end(self, kill: bool) -> Ended {
+        // SAFETY: signals and reaps our own child; closes our own fds.
+        unsafe {
+            libc::close(self.to_helper);
+            libc::close(self.from_helper);
+            if kill {
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+        let ended = reap(self.pid);
+        self.phase.unmap();
+        ended
+    }
+}
+
+/// How a helper ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    Exited(i32),
+    Signaled(i32),
+    /// Not ours to reap any more (SIGCHLD ignored by the host).
+    Unknown,
+}
+
+fn reap(pid: libc::pid_t) -> Ended {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r == pid {
+            break;
+        }
+        if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        return Ended::Unknown;
+    }
+    if libc::WIFEXITED(status) {
+        Ended::Exited(libc::WEXITSTATUS(status))
+    } else if libc::WIFSIGNALED(status) {
+        Ended::Signaled(libc::WTERMSIG(status))
+    } else {
+        Ended::Unknown
+    }
+}
+
+thread_local! {
+    static HELPER: RefCell<Option<Helper>> = const { RefCell::new(None) };
+    static LAST_PEAK: std::cell::Cell<isize> = const { std::cell::Cell::new(0) };
+}
+
+/// What the last answered call allocated at most, net (for tests and
+/// benchmarks).
+pub fn last_call_peak_bytes() -> isize {
+    LAST_PEAK.get()
+}
+
+/// The process id of this thread's helper, if one runs (for tests).
+pub fn helper_pid() -> Option<i32> {
+    HELPER.with_borrow(|h| h.as_ref().map(|h| h.pid))
+}
+
+/// A call in progress: if the caller unwinds (an interrupt raised its
+/// error) or gives up, the helper is killed and reaped on drop.
+struct InFlight {
+    helper: Option<Helper>,
+}
+
+impl InFlight {
+    fn finish(mut self) -> Helper {
+        self.helper.take().expect("a helper")
+    }
+
+    fn kill(mut self) -> (Ended, String) {
+        let helper = self.helper.take().expect("a helper");
+        let phase = helper.phase.read();
+        (helper.end(true), phase)
+    }
+
+    fn ended(mut self) -> Ended {
+        let helper = self.helper.take().expect("a helper");
+        helper.end(false)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(helper) = self.helper.take() {
+            helper.end(true);
+        }
+    }
+}
+
+/// Runs `f(arg)` in this thread's helper process under `limits`, calling
+/// `service` every few milliseconds while it waits (the host services its
+/// interrupts there; if `service` unwinds, the helper is killed first).
+pub fn call<A, R>(
+    limits: Limits,
+    arg: A,
+    f: fn(A) -> Result<R>,
+    service: &mut dyn FnMut(),
+) -> Result<R>
+where
+    A: Serialize + DeserializeOwned,
+    R: Serialize + DeserializeOwned,
+{
+    let payload = serde_json::to_vec(&arg)
+        .map_err(|e| Error::internal("cannot encode a validation request").with_detail(e.to_string()))?;
+    drop(arg);
+    let deadline = Instant::now() + limits.timeout;
+    let helper = match HELPER.with_borrow_mut(|h| h.take()) {
+        Some(h) => h,
+        None => spawn()?,
+    };
+    let flight = InFlight {
+        helper: Some(helper),
+    };
+    let (to, from) = {
+        let h = flight.helper.as_ref().expect("a helper");
+        h.phase.clear();
+        (h.to_helper, h.from_helper)
+    };
+    let mut header = Vec::with_capacity(48 + payload.len());
+    for word in [
+        payload.len() as u64,
+        trampoline::<A, R> as *const () as usize as u64,
+        f as *const () as usize as u64,
+        limits.timeout.as_millis() as u64,
+        limits.max_plan_nodes as u64,
+        limits.memory_bytes as u64,
+    ] {
+        header.extend_from_slice(&word.to_le_bytes());
+    }
+    header.extend_from_slice(&payload);
+    drop(payload);
+
+    let outcome = exchange(to, from, &header, deadline, limits.memory_bytes, service);
+    drop(header);
+    match outcome {
+        Exchange::Answered { body, peak } => {
+            let helper = flight.finish();
+            HELPER.with_borrow_mut(|h| *h = Some(helper));
+            LAST_PEAK.set(peak);
+            serde_json::from_slice::<Result<R>>(&body).unwrap_or_else(|e| {
+                Err(Error::internal("malformed answer from the validation helper")
+                    .with_detail(e.to_string()))
+            })
+        }
+        Exchange::Deadline => {
+            let (_, phase) = flight.kill();
+            Err(isolate::time_limit_error(
+                if phase.is_empty() { "validation" } else { &phase },
+                limits.timeout,
+            ))
+        }
+        Exchange::Gone => match flight.ended() {
+            Ended::Exited(EXIT_MEMORY) => Err(memory_limit_error(limits.memory_bytes)),
+            Ended::Signaled(libc::SIGKILL) => Err(Error::internal(
+                "the validation helper process was killed",
+            )
+            .with_detail("Something outside this backend (the kernel's out-of-memory killer, an operator) sent it SIGKILL.")),
+            ended => Err(Error::internal("the validation helper process ended unexpectedly")
+                .with_detail(format!("{ended:?}"))),
+        },
+        Exchange::TooLarge => {
+            let _ = flight.kill();
+            Err(memory_limit_error(limits.memory_bytes))
+        }
+    }
+}
+
+enum Exchange {
+    Answered { body: Vec<u8>, peak: isize },
+    Deadline,
+    /// The helper closed its end: it ended.
+    Gone,
+    /// It answered more than its budget.
+    TooLarge,
+}
+
+/// Writes the request and reads the answer, a tick at a time.
+fn exchange(
+    to: libc::c_int,
+    from: libc::c_int,
+    request: &[u8],
+    deadline: Instant,
+    budget: usize,
+    service: &mut dyn FnMut(),
+) -> Exchange {
+    let mut written = 0;
+    while written < request.len() {
+        match wait_for(to, libc::POLLOUT, deadline, service) {
+            Ready::Yes => {}
+            Ready::Deadline => return Exchange::Deadline,
+            Ready::Closed => return Exchange::Gone,
+        }
+        // SAFETY: writes from a live slice to our own pipe.
+        let n = unsafe {
+            libc::write(
+                to,
+                request[written..].as_ptr().cast(),
+                request.len() - written,
+            )
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error();
+            if err == Some(libc::EINTR) || err == Some(libc::EAGAIN) {
+                continue;
+            }
+            return Exchange::Gone;
+        }
+        written += n as usize;
+    }
+    let mut head = [0u8; 16];
+    match read_full(from, &mut head, deadline, service) {
+        Ok(()) => {}
+        Err(e) => return e,
+    }
+    let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+    let peak = i64::from_le_bytes(head[8..].try_into().expect("8 bytes")) as isize;
+    if len > budget {
+        return Exchange::TooLarge;
+    }
+    let mut body = vec![0u8; len];
+    match read_full(from, &mut body, deadline, service) {
+        Ok(()) => Exchange::Answered { body, peak },
+        Err(e) => e,
+    }
+}
+
+fn read_full(
+    fd: libc::c_int,
+    buf: &mut [u8],
+    deadline: Instant,
+    service: &mut dyn FnMut(),
+) -> std::result::Result<(), Exchange> {
+    let mut got = 0;
+    while got < buf.len() {
+        match wait_for(fd, libc::POLLIN, deadline, service) {
+            Ready::Yes => {}
+            Ready::Deadline => return Err(Exchange::Deadline),
+            Ready::Closed => return Err(Exchange::Gone),
+        }
+        // SAFETY: reads into a live slice from our own pipe.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error().raw_os_error();
+            if err == Some(libc::EINTR) || err == Some(libc::EAGAIN) {
+                continue;
+            }
+            return Err(Exchange::Gone);
+        }
+        if n == 0 {
+            return Err(Exchange::Gone);
+        }
+        got += n as usize;
+    }
+    Ok(())
+}
+
+enum Ready {
+    Yes,
+    Deadline,
+    Closed,
+}
+
+/// Waits until `fd` is ready for `events`, servicing the caller between
+/// ticks; past the deadline, says so.
+fn wait_for(
+    fd: libc::c_int,
+    events: libc::c_short,
+    deadline: Instant,
+    service: &mut dyn FnMut(),
+) -> Ready {
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Ready::Deadline;
+        }
+        let wait = TICK.min(deadline - now);
+        let mut pfd = libc::pollfd {
+            fd,
+            events,
+            revents: 0,
+        };
+        // SAFETY: polls one fd of ours.
+        let r = unsafe { libc::poll(&mut pfd, 1, wait.as_millis().max(1) as libc::c_int) };
+        if r > 0 {
+            if pfd.revents & events != 0 {
+                return Ready::Yes;
+            }
+            if pfd.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                return Ready::Closed;
+            }
+        }
+        service();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The helper's side
+
+/// Decodes the argument, runs `f`, encodes its result (a panic becomes an
+/// internal error). Its address travels with each request.
+fn trampoline<A: DeserializeOwned, R: Serialize>(f: usize, input: &[u8]) -> Vec<u8> {
+    // SAFETY: `f` is the address of a `fn(A) -> Result<R>` that the caller
+    // took for this very instantiation; the helper is a fork of the caller,
+    // so the code is at the same address here.
+    let f: fn(A) -> Result<R> = unsafe { std::mem::transmute::<usize, fn(A) -> Result<R>>(f) };
+    let result: Result<R> = match serde_json::from_slice::<A>(input) {
+        Ok(arg) => match catch_unwind(AssertUnwindSafe(|| f(arg))) {
+            Ok(result) => result,
+            Err(panic) => Err(Error::internal("internal error while validating the definition")
+                .with_detail(isolate::panic_message(panic.as_ref()))),
+        },
+        Err(e) => Err(Error::internal("malformed validation request").with_detail(e.to_string())),
+    };
+    serde_json::to_vec(&result).unwrap_or_else(|e| {
+        serde_json::to_vec(&Result::<()>::Err(
+            Error::internal("cannot encode a validation answer").with_detail(e.to_string()),
+        ))
+        .unwrap_or_default()
+    })
+}
+
+/// Forks this thread's helper.
+fn spawn() -> Result<Helper> {
+    let mut request = [0 as libc::c_int; 2];
+    let mut answer = [0 as libc::c_int; 2];
+    let phase = isolate::PhasePage::map()
+        .ok_or_else(|| Error::internal("cannot map the validation helper's phase page"))?;
+    // SAFETY: plain system calls; the child branch never returns (it ends
+    // with `_exit`), the parent closes the child's ends.
+    unsafe {
+        if libc::pipe2(request.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            phase.unmap();
+            return Err(Error::internal("cannot create the validation helper's pipe")
+                .with_detail(std::io::Error::last_os_error().to_string()));
+        }
+        if libc::pipe2(answer.as_mut_ptr(), libc::O_CLOEXEC) != 0 {
+            libc::close(request[0]);
+            libc::close(request[1]);
+            phase.unmap();
+            return Err(Error::internal("cannot create the validation helper's pipe")
+                .with_detail(std::io::Error::last_os_error().to_string()));
+        }
+        let parent = libc::getpid();
+        let pid = libc::fork();
+        if pid < 0 {
+            let e = std::io::Error::last_os_error();
+            for fd in [request[0], request[1], answer[0], answer[1]] {
+                libc::close(fd);
+            }
+            phase.unmap();
+            return Err(
+                Error::internal("cannot start the validation helper process").with_detail(e.to_string())
+            );
+        }
+        if pid == 0 {
+            helper_main(request[0], answer[1], parent, phase);
+        }
+        libc::close(request[0]);
+        libc::close(answer[1]);
+        Ok(Helper {
+            pid,
+            to_helper: request[1],
+            from_helper: answer[0],
+            phase,
+        })
+    }
+}
+
+/// The helper process: leaves the host's state behind, then serves
+/// requests on a large-stack thread until its caller closes the pipe.
+unsafe fn helper_main(
+    input: libc::c_int,
+    output: libc::c_int,
+    parent: libc::pid_t,
+    phase: isolate::PhasePage,
+) -> ! {
+    // The host's handlers must never run here. A cancel is the caller's to
+    // handle (it kills this process); terminate and shutdown, sent to the
+    // backend's process group, end it with the backend.
+    for sig in [
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGPIPE,
+        libc::SIGALRM,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+    ] {
+        libc::signal(sig, libc::SIG_IGN);
+    }
+    for sig in [libc::SIGTERM, libc::SIGQUIT, libc::SIGCHLD, libc::SIGWINCH] {
+        libc::signal(sig, libc::SIG_DFL);
+    }
+    let mut none: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut none);
+    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    #[cfg(target_os = "linux")]
+    {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+    }
+    if libc::getppid() != parent {
+        libc::_exit(EXIT_BROKEN);
+    }
+    let no_core = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+    close_other_fds(input, output);
+    // One malloc arena: a thread's own arena would reserve 64 MB of
+    // address space, which counts against RLIMIT_AS.
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+    isolate::set_phase_page(phase);
+    let served = std::thread::Builder::new()
+        .name("micromegas-views-helper".into())
+        .stack_size(isolate::STACK_BYTES)
+        .spawn(move || serve(input, output));
+    let status = match served.map(|t| t.join()) {
+        Ok(Ok(())) => 0,
+        _ => EXIT_BROKEN,
+    };
+    libc::_exit(status)
+}
+
+/// Closes every descriptor but the standard streams and the two pipes.
+unsafe fn close_other_fds(a: libc::c_int, b: libc::c_int) {
+    let (low, high) = (a.min(b), a.max(b));
+    let ranges = [(3, low - 1), (low + 1, high - 1), (high + 1, libc::c_int::MAX)];
+    for (first, last) in ranges {
+        if first > last {
+            continue;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            if libc::syscall(libc::SYS_close_range, first as libc::c_uint, last as libc::c_uint, 0) == 0 {
+                continue;
+            }
+        }
+        for fd in first..=last.min(65_535) {
+            libc::close(fd);
+        }
+    }
+}
+
+/// This process's address space, in bytes (`/proc/self/statm`).
+fn address_space() -> Option<usize> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: usize = statm.split_whitespace().next()?.parse().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    Some(pages * page.max(4096) as usize)
+}
+
+fn serve(input: libc::c_int, output: libc::c_int) {
+    loop {
+        let mut head = [0u8; 48];
+        if !read_exact(input, &mut head) {
+            return;
+        }
+        let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        let (len, trampoline, f) = (word(0) as usize, word(1) as usize, word(2) as usize);
+        let timeout = Duration::from_millis(word(3));
+        let max_plan_nodes = word(4) as usize;
+        let memory = (word(5) as usize).max(1);
+        if let Some(space) = address_space() {
+            let cap = libc::rlimit {
+                rlim_cur: space.saturating_add(memory).saturating_add(ADDRESS_SPACE_MARGIN) as libc::rlim_t,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            // SAFETY: sets this process's own soft limit.
+            unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) };
+        }
+        LIVE.store(0, Ordering::Relaxed);
+        PEAK.store(0, Ordering::Relaxed);
+        LIMIT.store(memory, Ordering::Relaxed);
+        let mut body = Vec::new();
+        body.resize(len, 0u8);
+        if !read_exact(input, &mut body) {
+            return;
+        }
+        let budget = Budget::with_timeout(timeout).with_max_plan_nodes(max_plan_nodes);
+        let _job = isolate::enter(budget);
+        // SAFETY: the address of `trampoline::<A, R>` for the caller's
+        // types, sent by the caller, a fork of this very process.
+        let run: fn(usize, &[u8]) -> Vec<u8> =
+            unsafe { std::mem::transmute::<usize, fn(usize, &[u8]) -> Vec<u8>>(trampoline) };
+        let answer = run(f, &body);
+        drop(_job);
+        drop(body);
+        let peak = PEAK.load(Ordering::Relaxed);
+        let mut out = Vec::with_capacity(16 + answer.len());
+        out.extend_from_slice(&(answer.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(peak as i64).to_le_bytes());
+        out.extend_from_slice(&answer);
+        drop(answer);
+        LIMIT.store(0, Ordering::Relaxed);
+        let ok = write_all(output, &out);
+        drop(out);
+        isolate::clear_phase_page();
+        if peak > TRIM_ABOVE {
+            #[cfg(all(target_os = "linux", target_env = "gnu"))]
+            // SAFETY: returns free heap memory to the kernel.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+        if !ok {
+            return;
+        }
+    }
+}
+
+fn read_exact(fd: libc::c_int, buf: &mut [u8]) -> bool {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reads into a live slice.
+        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return false;
+        }
+        got += n as usize;
+    }
+    true
+}
+
+fn write_all(fd: libc::c_int, buf: &[u8]) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
