@@ -3,7 +3,9 @@
 # 17 and 18 each: the #[pg_test] suite, the pg_regress suite, the
 # isolation specs, the client's, the CLI's and the REST endpoint's integration
 # tests, the example job worker, a short
-# randomized DDL stress run, a pg_dump/pg_restore round trip, the extension
+# randomized DDL stress run, a pg_dump/pg_restore round trip, the standard
+# restore (pg_dumpall --roles-only, pg_restore) into a new cluster, a
+# reader's worst input (memory, time, the catalog lock), the extension
 # upgrade test, a check that no backend died, a SIGKILL crash test, and a
 # hot standby (readers, refused writes, the client, a promotion), TLS to a
 # TLS-only cluster, and the Lance spec's generated Python client; then a
@@ -71,6 +73,10 @@ suites() {
   echo "== [PostgreSQL $MMV_PG] pg_dump / pg_restore round trip"
   "$here/dump_restore_test.sh" >"$MMV_RUN/dump_restore.log" 2>&1 || { cat "$MMV_RUN/dump_restore.log"; failed=$((failed + 1)); }
   tail -n 4 "$MMV_RUN/dump_restore.log"
+  echo "== [PostgreSQL $MMV_PG] the standard restore into a new cluster (scripts/restore_test.sh)"
+  "$here/restore_test.sh" || failed=$((failed + 1))
+  echo "== [PostgreSQL $MMV_PG] a reader's worst input: memory, time, the catalog lock (scripts/limits_test.sh)"
+  "$here/limits_test.sh" || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] extension upgrades (scripts/upgrade_test.sh)"
   "$here/upgrade_test.sh" || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] no backend died so far (server log)"
@@ -113,11 +119,11 @@ if [[ " $versions " == *" 16 "* && " $versions " == *" 18 "* ]]; then
   if "$here/pg_upgrade_test.sh" 16 18; then upgrade=passed; else upgrade=failed; fi
 fi
 
-# Fifteen suites per version: the unit tests, then the fourteen above.
+# Seventeen suites per version: the unit tests, then the sixteen above.
 status=0
 for v in $versions; do
   failed=$(( $(cat "$MMV_STATE/failed-pg$v") + unit ))
-  echo "PostgreSQL $v: suites: $((15 - failed)) passed, $failed failed"
+  echo "PostgreSQL $v: suites: $((17 - failed)) passed, $failed failed"
   [ $failed -eq 0 ] || status=1
 done
 echo "pg_upgrade 16 -> 18: $upgrade"

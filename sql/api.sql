@@ -268,19 +268,19 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY 1
 $$;
 
--- The dry run: everything mm_create_view would do — parsing, every check,
--- the dependents' re-checks — inside a subtransaction that is always rolled
--- back, so nothing is written and no notification is sent. A hot standby
--- (or a read-only transaction) can write nothing, not even to roll it back:
--- there the same questions are
--- asked without writing (_mm_dry_run_read_only), and the answer is the
--- primary's (regress 23_standby_dry_run compares the two on every case).
+-- The dry run: what mm_create_view would do — parsing, every check, the
+-- dependents' re-checks — asked without writing (_mm_dry_run_read_only), on
+-- a primary and a hot standby alike. It takes no lock: a dry run never waits
+-- for a writer, and a writer never waits for a dry run, however long its
+-- planning. _mm_explain_view(statement, false) answers the same by running
+-- the write itself in a subtransaction that is always rolled back (taking
+-- the catalog lock like any write); regress 23_standby_dry_run compares the
+-- two on every case.
 CREATE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-  SELECT * FROM micromegas._mm_explain_view(statement,
-    pg_catalog.pg_is_in_recovery() OR pg_catalog.current_setting('transaction_read_only')::boolean)
+  SELECT * FROM micromegas._mm_explain_view(statement, true)
 $$;
 
 CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
@@ -636,9 +636,9 @@ COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
 COMMENT ON TABLE micromegas.author_check_requirements IS
   'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
-  'Dry run of mm_create_view: every check, nothing written; on a hot standby the same answer, asked without writing';
+  'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
-  'mm_explain_view, by a rolled-back write or (read_only) by _mm_dry_run_read_only';
+  'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
 COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
   'What mm_create_view(statement) would store, or the error it would raise, without writing';
 COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS

@@ -62,13 +62,17 @@ COMMENT ON TABLE micromegas.jobs IS
 -- and a heartbeat never. The triggers' WHEN clauses keep the others from
 -- even calling the function: a commit that sends a notification holds a
 -- database-wide lock until it is flushed, listened to or not, so a queue
--- whose every finish notifies runs its finishes one at a time (#28).
+-- whose every finish notifies runs its finishes one at a time.
+-- Any role may LISTEN, so the payload says only what happened, never which
+-- job or view: {"op": "queued" | "cancel_requested" | "done" | "failed" |
+-- "cancelled"}. A worker reads the rest from the table, through the
+-- functions its role may call.
 CREATE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM pg_notify('micromegas_jobs', json_build_object(
-    'job_id', NEW.job_id, 'kind', NEW.kind, 'view_set_name', NEW.view_set_name, 'state', NEW.state,
-    'cancel_requested', NEW.cancel_requested)::text);
+    'op', CASE WHEN TG_OP = 'UPDATE' AND NEW.cancel_requested AND NOT OLD.cancel_requested
+                 THEN 'cancel_requested' ELSE NEW.state END)::text);
   RETURN NULL;
 END
 $$;

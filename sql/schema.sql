@@ -25,12 +25,20 @@ COMMENT ON SCHEMA micromegas IS 'micromegas_views: materialized view set definit
 -- A role of one of these names that already exists could have been made by
 -- someone else to collect the privileges this extension is about to grant
 -- (a CREATEROLE user who pre-created micromegas_admin and is a member of it,
--- or holds ADMIN OPTION on it). Such a role is refused unless the superuser
--- installing says otherwise: it exists with members (beyond the extension's
--- own admin/service -> reader), LOGIN, SUPERUSER, CREATEROLE or a role
--- holding ADMIN OPTION on it. The library is loaded first so that the
--- setting below is the superuser-only one, not a placeholder any role could
--- have set for the database.
+-- or holds ADMIN OPTION on it). An existing role is refused unless the
+-- superuser installing says otherwise when it has LOGIN, SUPERUSER,
+-- CREATEROLE, a role holding ADMIN OPTION on it, objects or default
+-- privileges, or — unless it carries the extension's mark — members beyond
+-- the extension's own admin/service -> reader. The mark is the role setting
+-- micromegas_views.extension_role = <its own name>, which CREATE EXTENSION
+-- writes on the three roles (ALTER ROLE ... SET). Only a superuser can
+-- write it: the setting is superuser-only once the library is loaded, and a
+-- role setting of a parameter Postgres does not know yet is refused to
+-- every other role. pg_dumpall --roles-only carries it, so a restore into a
+-- new cluster, or a CREATE EXTENSION in a second database, finds the roles
+-- marked, and their members are the ones granted since the first install. The library is loaded
+-- first so that the settings below are the superuser-only ones, not
+-- placeholders any role could have set for the database.
 LOAD 'MODULE_PATHNAME';
 DO $$
 DECLARE
@@ -38,16 +46,21 @@ DECLARE
   problems text;
   found text[] := '{}';
 BEGIN
-  FOR r IN SELECT a.oid, a.rolname, a.rolcanlogin, a.rolsuper, a.rolcreaterole FROM pg_catalog.pg_roles a
+  FOR r IN SELECT a.oid, a.rolname, a.rolcanlogin, a.rolsuper, a.rolcreaterole,
+                  EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s
+                           WHERE s.setdatabase = 0 AND s.setrole = a.oid
+                             AND pg_catalog.format('micromegas_views.extension_role=%s', a.rolname) = ANY (s.setconfig)) AS marked
+             FROM pg_catalog.pg_roles a
             WHERE a.rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
             ORDER BY a.rolname LOOP
     problems := concat_ws('; ',
       CASE WHEN r.rolsuper THEN 'it is a superuser' END,
       CASE WHEN r.rolcreaterole THEN 'it has CREATEROLE' END,
       CASE WHEN r.rolcanlogin THEN 'it can log in' END,
+      -- the members of a role the extension made were granted it since
       (SELECT 'its members are ' || string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname)
          FROM pg_catalog.pg_auth_members x JOIN pg_catalog.pg_roles m ON m.oid = x.member
-        WHERE x.roleid = r.oid
+        WHERE x.roleid = r.oid AND NOT r.marked
           AND NOT (r.rolname = 'micromegas_reader' AND m.rolname IN ('micromegas_admin', 'micromegas_service')
                    AND NOT x.admin_option)),
       (SELECT 'ADMIN OPTION on it is held by ' || string_agg(pg_catalog.quote_ident(m.rolname), ', ' ORDER BY m.rolname)
@@ -73,9 +86,10 @@ BEGIN
       RAISE EXCEPTION '%', pg_catalog.array_to_string(found, '; ')
         USING ERRCODE = 'duplicate_object',
               DETAIL = 'Every member of these roles would get the privileges micromegas_views grants them.',
-              HINT = 'If micromegas_views made them in another database of this cluster and their members are the '
-                     'ones you expect, run SET micromegas_views.adopt_existing_roles = on (superuser only) and '
-                     'CREATE EXTENSION again; otherwise drop or rename the roles first.';
+              HINT = 'Roles micromegas_views made carry its mark (the role setting micromegas_views.extension_role) '
+                     'and are used as they are; these do not. If their members are the ones you expect, run '
+                     'SET micromegas_views.adopt_existing_roles = on (superuser only) and CREATE EXTENSION again; '
+                     'otherwise drop or rename the roles first.';
     END IF;
   END IF;
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = 'micromegas_reader') THEN
@@ -93,6 +107,15 @@ BEGIN
   IF NOT pg_catalog.pg_has_role('micromegas_service', 'micromegas_reader', 'MEMBER') THEN
     GRANT micromegas_reader TO micromegas_service;
   END IF;
+  -- The mark, where it is missing (rewriting it would make two installs
+  -- in two databases at once collide on the same catalog row).
+  FOR r IN SELECT a.rolname FROM pg_catalog.pg_roles a
+            WHERE a.rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
+              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s
+                               WHERE s.setdatabase = 0 AND s.setrole = a.oid
+                                 AND pg_catalog.format('micromegas_views.extension_role=%s', a.rolname) = ANY (s.setconfig)) LOOP
+    EXECUTE pg_catalog.format('ALTER ROLE %I SET micromegas_views.extension_role = %L', r.rolname, r.rolname);
+  END LOOP;
 END
 $$;
 -- </roles>

@@ -272,7 +272,7 @@ impl JobWorker {
                     tokio::select! {
                         _ = &mut shutdown => return Ok(()),
                         woke = notify_rx.recv() => match woke {
-                            Some(payload) if payload.is_null() || payload["state"] == "queued" => break,
+                            Some(payload) if payload.is_null() || payload["op"] == "queued" => break,
                             Some(_) => {}
                             None => {
                                 client.simple_query("SELECT 1").await?;

@@ -442,10 +442,9 @@ async fn jobs_from_request_to_done() {
     let mut states = Vec::new();
     while states.len() < 2 {
         let note = within("job notifications", notes.recv()).await.unwrap();
-        assert_eq!(note["job_id"], job_id.as_str());
-        assert_eq!(note["kind"], "refresh");
-        assert_eq!(note["view_set_name"], "jobs_v");
-        states.push(note["state"].as_str().unwrap().to_string());
+        // Any role may LISTEN: the payload names no job and no view.
+        assert_eq!(note.as_object().unwrap().len(), 1, "{note}");
+        states.push(note["op"].as_str().unwrap().to_string());
     }
     assert_eq!(states, ["queued", "done"]);
     assert_eq!(*beats.lock().unwrap(), 1);
@@ -485,8 +484,8 @@ async fn jobs_from_request_to_done() {
     let queued = within("the quiet job's request", notes.recv())
         .await
         .unwrap();
-    assert_eq!(queued["job_id"], quiet_job.as_str());
-    assert_eq!(queued["state"], "queued");
+    assert_eq!(queued, serde_json::json!({"op": "queued"}));
+    assert!(!quiet_job.is_empty());
     let next = within("the marker", notes.recv()).await.unwrap();
     assert_eq!(
         next["marker"], "after the finish",

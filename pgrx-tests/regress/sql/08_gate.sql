@@ -66,8 +66,13 @@ DROP ROLE mmv_test_reader;
 -- says otherwise: one that can log in, one with a member it did not make
 -- (a CREATEROLE user who pre-created micromegas_admin and joined it), one
 -- that has CREATEROLE. Nothing is created by a refused CREATE EXTENSION.
+-- The roles here lose the extension's mark first (as roles someone else
+-- pre-created would not have it): a marked role's members are its own.
 \set regress_db :DBNAME
 CREATE DATABASE mmv_gate_roles;
+ALTER ROLE micromegas_reader RESET micromegas_views.extension_role;
+ALTER ROLE micromegas_admin RESET micromegas_views.extension_role;
+ALTER ROLE micromegas_service RESET micromegas_views.extension_role;
 ALTER ROLE micromegas_reader LOGIN;
 CREATE ROLE mmv_gate_squatter;
 GRANT micromegas_admin TO mmv_gate_squatter;
@@ -104,6 +109,10 @@ SET micromegas_views.adopt_existing_roles = on;
 CREATE EXTENSION micromegas_views;
 RESET micromegas_views.adopt_existing_roles;
 SELECT count(*) AS installed FROM pg_extension WHERE extname = 'micromegas_views';
+-- The install marked the roles it adopted: the next CREATE EXTENSION takes
+-- the squatter's membership as the role's own.
+SELECT r.rolname, s.setconfig FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole
+ WHERE r.rolname LIKE 'micromegas\_%' AND s.setdatabase = 0 ORDER BY 1;
 -- DROP EXTENSION removes everything in the schema (partition metadata and
 -- the file queue included) and leaves the empty schema, btree_gist and the
 -- cluster's roles.

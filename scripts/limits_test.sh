@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# The worst a reader can send, on the running cluster, as micromegas_reader:
+#  - 16 MB of commas to mm_sql_hash (unbounded, gigabytes of tokens) and a
+#    definition of 3,000 chained CTEs to mm_explain_view (unbounded, a
+#    planning pass that allocates gigabytes with no checkpoint), each three
+#    times in one session and in four sessions at once: every call ends
+#    with 54001 (the memory or time limit), the backend's peak resident
+#    memory (VmHWM) stays under the documented budget of a validation
+#    (micromegas_views.validation_memory, 256 MB), no backend dies and the
+#    postmaster never restarts;
+#  - a dry run with a raised validation_timeout on a 600-way join while an
+#    admin creates a view and a service registers a built-in, each under a
+#    2 s lock_timeout: neither waits for the dry run, and the reader is held
+#    to the default limit (5 s).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/env.sh"
+work="$MMV_RUN/limits"
+rm -rf "$work" && mkdir -p "$work"
+db=mmv_limits
+q() { psql -X -q -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+q -c "$MMV_INSTALL_SQL"
+status=0
+fail() { echo "limits: $*"; status=1; }
+budget_kb=$((256 * 1024))
+started=$(psql -X -A -t -d postgres -c "SELECT pg_postmaster_start_time()")
+
+# 3,000 chained CTEs, each over the one before (about 100 KB).
+python3 - >"$work/chain.sql" <<'PY'
+ctes = ["t0 AS (SELECT * FROM log_entries)"] + [f"t{i} AS (SELECT * FROM t{i-1})" for i in range(1, 3000)]
+extract = "WITH " + ", ".join(ctes) + " SELECT * FROM t2999"
+statement = ("CREATE MATERIALIZED VIEW chain WITH (extract_query = '" + extract.replace("'", "''") + "', "
+             "count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', "
+             "merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')")
+print("SELECT $chain$" + statement + "$chain$ AS chain \\gset")
+PY
+
+# One session's work: three of each, as the reader, then the backend's peak
+# resident memory (read as the superuser, from the backend itself).
+session() {
+  {
+    cat "$work/chain.sql"
+    echo "SET ROLE micromegas_reader;"
+    for _ in 1 2 3; do
+      echo "SELECT micromegas.mm_sql_hash(repeat(',', 16000000));"
+      echo "SELECT problems FROM micromegas.mm_explain_view(:'chain');"
+    done
+    echo "RESET ROLE;"
+    echo "SELECT 'VmHWM ' || (regexp_match(pg_read_file('/proc/self/status'), 'VmHWM:\s+(\d+)'))[1];"
+  } | psql -X -A -t -d "$db" >"$work/session.$1.out" 2>&1 || true
+}
+
+check_session() {
+  local out="$work/session.$1.out" hwm
+  if grep -qiE "server closed the connection|terminating connection|could not connect" "$out"; then
+    fail "session $1 lost its backend: $(grep -iE 'server closed|terminating|could not' "$out" | head -2)"
+  fi
+  local hashes explains
+  hashes=$(grep -c "ERROR:  validation exceeded its memory limit of 256 MB" "$out" || true)
+  explains=$(grep -cE "^\{\"?54001: " "$out" || true)
+  [ "$hashes" = 3 ] || fail "session $1: $hashes of 3 fingerprints stopped by the memory limit: $(head -c 600 "$out")"
+  [ "$explains" = 3 ] || fail "session $1: $explains of 3 dry runs stopped by a limit: $(grep -v '^$' "$out" | head -c 600)"
+  hwm=$(sed -n 's/^VmHWM //p' "$out")
+  if [ -z "$hwm" ] || [ "$hwm" -ge "$budget_kb" ]; then
+    fail "session $1: the backend's peak resident memory is ${hwm:-unknown} kB (budget $budget_kb kB)"
+  else
+    echo "limits: session $1: 3 fingerprints and 3 dry runs stopped by their limits; backend peak RSS $((hwm / 1024)) MB"
+  fi
+}
+
+session one
+check_session one
+for i in 1 2 3 4; do session "four-$i" & done
+wait
+for i in 1 2 3 4; do check_session "four-$i"; done
+
+# A reader's long dry run does not hold the catalog: an admin's create and a
+# service's registration go through under a 2 s lock_timeout meanwhile.
+python3 - >"$work/join.sql" <<'PY'
+joins = " ".join(f"JOIN log_entries e{i} ON e{i}.process_id = e0.process_id" for i in range(1, 600))
+extract = f"SELECT e0.time, e0.process_id FROM log_entries e0 {joins}"
+statement = ("CREATE MATERIALIZED VIEW wide_join WITH (extract_query = '" + extract + "', "
+             "count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', "
+             "merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')")
+print("SET ROLE micromegas_reader;")
+print("SET micromegas_views.validation_timeout = '60s';")
+print("SELECT problems FROM micromegas.mm_explain_view($j$" + statement + "$j$);")
+PY
+q -c "SELECT 1" >/dev/null
+begin=$(date +%s)
+psql -X -A -t -d "$db" -f "$work/join.sql" >"$work/join.out" 2>&1 &
+reader=$!
+sleep 1
+q >"$work/writers.out" 2>&1 <<'SQL' || fail "a write waited for the reader's dry run: $(cat "$work/writers.out")"
+SET lock_timeout = '2s';
+SET ROLE micromegas_admin;
+SELECT status FROM micromegas.mm_create_view($$CREATE MATERIALIZED VIEW during_dry_run WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')$$);
+RESET ROLE;
+SET ROLE micromegas_service;
+SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('during_dry_run_static',
+  '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
+SQL
+wait $reader || true
+took=$(( $(date +%s) - begin ))
+if grep -q "54001: .*exceeded the validation time limit of 5000 ms" "$work/join.out"; then
+  echo "limits: a reader's dry run with validation_timeout = 60s was held to 5000 ms (${took}s in all); an admin's create and a service's registration meanwhile did not wait"
+elif grep -q "^{}" "$work/join.out"; then
+  echo "limits: the reader's 600-way dry run answered within the default limit; the writes meanwhile did not wait"
+else
+  fail "the reader's dry run: $(head -c 400 "$work/join.out")"
+fi
+
+now=$(psql -X -A -t -d postgres -c "SELECT pg_postmaster_start_time()")
+[ "$now" = "$started" ] || fail "the postmaster restarted ($started -> $now)"
+if grep -E "terminated by signal|was terminated by exception|server process .* was terminated" "$MMV_RUN/postgres.log"; then
+  fail "a backend died"
+fi
+[ $status = 0 ] && echo "limits: passed"
+exit $status
