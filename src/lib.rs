@@ -18,6 +18,7 @@ static ALLOCATOR: micromegas_views_core::sandbox::BudgetAllocator =
 pub extern "C-unwind" fn _PG_init() {
     pg::settings::register();
     pg::trust::register();
+    pg::helper::register();
 }
 
 pgrx::extension_sql_file!("../sql/schema.sql", name = "schema", bootstrap);

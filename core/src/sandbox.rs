@@ -197,31 +197,61 @@ unsafe impl GlobalAlloc for BudgetAllocator {
 // ---------------------------------------------------------------------------
 // The caller's side
 
-/// The helper of this thread (a backend has one thread).
+/// The helper of this thread (a backend has one thread). Dropping it kills
+/// it (if it still runs) and reaps it, so no path — an error, an unwinding
+/// interrupt, the backend's exit — leaves a helper running or a zombie.
 struct Helper {
     pid: libc::pid_t,
-    /// Requests go here.
+    /// Requests go here (non-blocking).
     to_helper: libc::c_int,
-    /// Answers come from here.
+    /// Answers come from here (non-blocking).
     from_helper: libc::c_int,
     /// The page the helper publishes its phase in.
     phase: isolate::PhasePage,
+    /// How it ended, once reaped.
+    ended: Option<Ended>,
 }
 
 impl Helper {
-    /// Kills the helper (if it still runs) and reaps it.
-    fn end(self, kill: bool) -> Ended {
-        // SAFETY: signals and reaps our own child; closes our own fds.
+    /// Whether an idle helper is still there to take a call; one that died
+    /// meanwhile (the out-of-memory killer, an operator) is reaped here.
+    fn alive(&mut self) -> bool {
+        if self.ended.is_some() {
+            return false;
+        }
+        let mut status = 0;
+        // SAFETY: asks about our own child without waiting.
+        let r = unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) };
+        if r == 0 {
+            return true;
+        }
+        self.ended = Some(if r == self.pid { Ended::from_status(status) } else { Ended::Unknown });
+        false
+    }
+
+    /// Kills the helper (a no-op on one that already ended) and reaps it:
+    /// how it ended.
+    fn stop(&mut self) -> Ended {
+        if let Some(ended) = self.ended {
+            return ended;
+        }
+        // SAFETY: signals and reaps our own child.
+        unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        let ended = reap(self.pid);
+        self.ended = Some(ended);
+        ended
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        self.stop();
+        // SAFETY: closes our own fds and unmaps our own page, once.
         unsafe {
             libc::close(self.to_helper);
             libc::close(self.from_helper);
-            if kill {
-                libc::kill(self.pid, libc::SIGKILL);
-            }
         }
-        let ended = reap(self.pid);
         self.phase.unmap();
-        ended
     }
 }
 
@@ -234,25 +264,30 @@ enum Ended {
     Unknown,
 }
 
+impl Ended {
+    fn from_status(status: libc::c_int) -> Ended {
+        if libc::WIFEXITED(status) {
+            Ended::Exited(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Ended::Signaled(libc::WTERMSIG(status))
+        } else {
+            Ended::Unknown
+        }
+    }
+}
+
 fn reap(pid: libc::pid_t) -> Ended {
     let mut status = 0;
     loop {
-        // SAFETY: waits for our own child.
+        // SAFETY: waits for our own child (killed just before).
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r == pid {
-            break;
+            return Ended::from_status(status);
         }
         if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
             continue;
         }
         return Ended::Unknown;
-    }
-    if libc::WIFEXITED(status) {
-        Ended::Exited(libc::WEXITSTATUS(status))
-    } else if libc::WIFSIGNALED(status) {
-        Ended::Signaled(libc::WTERMSIG(status))
-    } else {
-        Ended::Unknown
     }
 }
 
@@ -272,34 +307,47 @@ pub fn helper_pid() -> Option<i32> {
     HELPER.with_borrow(|h| h.as_ref().map(|h| h.pid))
 }
 
-/// A call in progress: if the caller unwinds (an interrupt raised its
-/// error) or gives up, the helper is killed and reaped on drop.
-struct InFlight {
-    helper: Option<Helper>,
+/// Stops and reaps this thread's helper. The host calls it when its process
+/// exits (Postgres' `on_proc_exit`), so a helper never outlives its backend:
+/// an orphan would be adopted by the init process, which in a container is
+/// often the postmaster, and the postmaster takes the exit of a child it
+/// does not know for a crash.
+pub fn shutdown() {
+    drop(HELPER.with_borrow_mut(|h| h.take()));
 }
 
-impl InFlight {
-    fn finish(mut self) -> Helper {
-        self.helper.take().expect("a helper")
-    }
-
-    fn kill(mut self) -> (Ended, String) {
-        let helper = self.helper.take().expect("a helper");
-        let phase = helper.phase.read();
-        (helper.end(true), phase)
-    }
-
-    fn ended(mut self) -> Ended {
-        let helper = self.helper.take().expect("a helper");
-        helper.end(false)
-    }
+/// A request: a 48-byte header, then the argument as JSON, in one buffer
+/// that never grows past `cap` bytes and whose growth is asked of the
+/// allocator fallibly — the caller may be a Postgres backend, where a
+/// failed infallible allocation aborts the process.
+struct Request {
+    buf: Vec<u8>,
+    cap: usize,
+    over: bool,
 }
 
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(helper) = self.helper.take() {
-            helper.end(true);
+const HEADER_BYTES: usize = 48;
+
+impl std::io::Write for Request {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let needed = self.buf.len() + bytes.len();
+        if needed > self.cap {
+            self.over = true;
+            return Err(std::io::Error::other("over the budget"));
         }
+        if needed > self.buf.capacity() {
+            let grown = needed.max(self.buf.capacity() * 2).min(self.cap);
+            if self.buf.try_reserve_exact(grown - self.buf.len()).is_err() {
+                self.over = true;
+                return Err(std::io::Error::other("cannot allocate"));
+            }
+        }
+        self.buf.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -316,41 +364,64 @@ where
     A: Serialize + DeserializeOwned,
     R: Serialize + DeserializeOwned,
 {
-    let payload = serde_json::to_vec(&arg)
-        .map_err(|e| Error::internal("cannot encode a validation request").with_detail(e.to_string()))?;
+    // The request is bounded by the budget before anything is sent: an
+    // argument whose JSON alone is larger (control characters take six
+    // bytes each) is refused here.
+    let mut request = Request {
+        buf: Vec::new(),
+        cap: limits.memory_bytes.saturating_add(HEADER_BYTES),
+        over: false,
+    };
+    std::io::Write::write_all(&mut request, &[0u8; HEADER_BYTES])
+        .map_err(|_| memory_limit_error(limits.memory_bytes))?;
+    if let Err(e) = serde_json::to_writer(&mut request, &arg) {
+        return Err(if request.over {
+            memory_limit_error(limits.memory_bytes)
+        } else {
+            Error::internal("cannot encode a validation request").with_detail(e.to_string())
+        });
+    }
     drop(arg);
-    let deadline = Instant::now() + limits.timeout;
-    let helper = match HELPER.with_borrow_mut(|h| h.take()) {
-        Some(h) => h,
-        None => spawn()?,
-    };
-    let flight = InFlight {
-        helper: Some(helper),
-    };
-    let (to, from) = {
-        let h = flight.helper.as_ref().expect("a helper");
-        h.phase.clear();
-        (h.to_helper, h.from_helper)
-    };
-    let mut header = Vec::with_capacity(48 + payload.len());
-    for word in [
-        payload.len() as u64,
+    let payload = request.buf.len() - HEADER_BYTES;
+    for (i, word) in [
+        payload as u64,
         trampoline::<A, R> as *const () as usize as u64,
         f as *const () as usize as u64,
         limits.timeout.as_millis() as u64,
         limits.max_plan_nodes as u64,
         limits.memory_bytes as u64,
-    ] {
-        header.extend_from_slice(&word.to_le_bytes());
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        request.buf[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
     }
-    header.extend_from_slice(&payload);
-    drop(payload);
 
-    let outcome = exchange(to, from, &header, deadline, limits.memory_bytes, service);
-    drop(header);
+    let deadline = Instant::now() + limits.timeout;
+    // Dropped (killed and reaped) on every path but a clean answer.
+    let mut helper = match HELPER.with_borrow_mut(|h| h.take()) {
+        Some(mut h) => {
+            if h.alive() {
+                h
+            } else {
+                drop(h);
+                spawn()?
+            }
+        }
+        None => spawn()?,
+    };
+    helper.phase.clear();
+    let outcome = exchange(
+        helper.to_helper,
+        helper.from_helper,
+        &request.buf,
+        deadline,
+        limits.memory_bytes,
+        service,
+    );
+    drop(request);
     match outcome {
         Exchange::Answered { body, peak } => {
-            let helper = flight.finish();
             HELPER.with_borrow_mut(|h| *h = Some(helper));
             LAST_PEAK.set(peak);
             serde_json::from_slice::<Result<R>>(&body).unwrap_or_else(|e| {
@@ -359,23 +430,35 @@ where
             })
         }
         Exchange::Deadline => {
-            let (_, phase) = flight.kill();
+            let phase = helper.phase.read();
+            drop(helper);
             Err(isolate::time_limit_error(
                 if phase.is_empty() { "validation" } else { &phase },
                 limits.timeout,
             ))
         }
-        Exchange::Gone => match flight.ended() {
-            Ended::Exited(EXIT_MEMORY) => Err(memory_limit_error(limits.memory_bytes)),
-            Ended::Signaled(libc::SIGKILL) => Err(Error::internal(
-                "the validation helper process was killed",
-            )
-            .with_detail("Something outside this backend (the kernel's out-of-memory killer, an operator) sent it SIGKILL.")),
-            ended => Err(Error::internal("the validation helper process ended unexpectedly")
-                .with_detail(format!("{ended:?}"))),
-        },
+        Exchange::Gone => {
+            let ended = helper.stop();
+            drop(helper);
+            // A terminate or shutdown reaches the helper with the backend's
+            // process group: the host's own interrupt comes first.
+            service();
+            match ended {
+                Ended::Exited(EXIT_MEMORY) => Err(memory_limit_error(limits.memory_bytes)),
+                Ended::Signaled(libc::SIGTERM | libc::SIGQUIT) => Err(Error::new(
+                    ErrorKind::Cancelled,
+                    "the validation helper process was stopped with its backend",
+                )),
+                Ended::Signaled(libc::SIGKILL) => Err(Error::internal(
+                    "the validation helper process was killed",
+                )
+                .with_detail("Something outside this backend (the kernel's out-of-memory killer, an operator) sent it SIGKILL.")),
+                ended => Err(Error::internal("the validation helper process ended unexpectedly")
+                    .with_detail(format!("{ended:?}"))),
+            }
+        }
         Exchange::TooLarge => {
-            let _ = flight.kill();
+            drop(helper);
             Err(memory_limit_error(limits.memory_bytes))
         }
     }
@@ -430,10 +513,11 @@ fn exchange(
     }
     let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
     let peak = i64::from_le_bytes(head[8..].try_into().expect("8 bytes")) as isize;
-    if len > budget {
+    let mut body = Vec::new();
+    if len > budget || body.try_reserve_exact(len).is_err() {
         return Exchange::TooLarge;
     }
-    let mut body = vec![0u8; len];
+    body.resize(len, 0u8);
     match read_full(from, &mut body, deadline, service) {
         Ok(()) => Exchange::Answered { body, peak },
         Err(e) => e,
@@ -557,7 +641,17 @@ fn spawn() -> Result<Helper> {
                 .with_detail(std::io::Error::last_os_error().to_string()));
         }
         let parent = libc::getpid();
+        // Every signal is held across the fork, so none of the host's
+        // handlers can run in the child before it has reset them.
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut previous: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut previous);
         let pid = libc::fork();
+        if pid == 0 {
+            helper_main(request[0], answer[1], parent, phase);
+        }
+        libc::pthread_sigmask(libc::SIG_SETMASK, &previous, std::ptr::null_mut());
         if pid < 0 {
             let e = std::io::Error::last_os_error();
             for fd in [request[0], request[1], answer[0], answer[1]] {
@@ -568,16 +662,18 @@ fn spawn() -> Result<Helper> {
                 Error::internal("cannot start the validation helper process").with_detail(e.to_string())
             );
         }
-        if pid == 0 {
-            helper_main(request[0], answer[1], parent, phase);
-        }
         libc::close(request[0]);
         libc::close(answer[1]);
+        // The caller's ends never block: it waits in poll, a tick at a time.
+        for fd in [request[1], answer[0]] {
+            libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK);
+        }
         Ok(Helper {
             pid,
             to_helper: request[1],
             from_helper: answer[0],
             phase,
+            ended: None,
         })
     }
 }
@@ -590,9 +686,16 @@ unsafe fn helper_main(
     parent: libc::pid_t,
     phase: isolate::PhasePage,
 ) -> ! {
-    // The host's handlers must never run here. A cancel is the caller's to
-    // handle (it kills this process); terminate and shutdown, sent to the
-    // backend's process group, end it with the backend.
+    // The host's handlers must never run here: every disposition goes back
+    // to the default (signals are still held), then a cancel — the caller's
+    // to handle, by killing this process — and the host's housekeeping
+    // signals are ignored; terminate and shutdown, sent to the backend's
+    // process group, end it with the backend.
+    for sig in 1..libc::SIGRTMAX() {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+    }
     for sig in [
         libc::SIGINT,
         libc::SIGHUP,
@@ -605,15 +708,17 @@ unsafe fn helper_main(
     ] {
         libc::signal(sig, libc::SIG_IGN);
     }
-    for sig in [libc::SIGTERM, libc::SIGQUIT, libc::SIGCHLD, libc::SIGWINCH] {
-        libc::signal(sig, libc::SIG_DFL);
-    }
     let mut none: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut none);
-    libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+    libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
     #[cfg(target_os = "linux")]
     {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        // No core dump, whatever the kernel's core_pattern.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        // Under memory pressure the kernel kills this process before any
+        // backend (whose death would restart the cluster).
+        let _ = std::fs::write("/proc/self/oom_score_adj", "1000");
     }
     if libc::getppid() != parent {
         libc::_exit(EXIT_BROKEN);
@@ -631,6 +736,12 @@ unsafe fn helper_main(
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
     isolate::set_phase_page(phase);
+    // SAFETY (of from_raw_fd): the two pipe ends are this process's own,
+    // and the files below are their only owners.
+    let (input, output) = (
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(input),
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(output),
+    );
     let served = std::thread::Builder::new()
         .name("micromegas-views-helper".into())
         .stack_size(isolate::STACK_BYTES)
@@ -671,10 +782,32 @@ fn address_space() -> Option<usize> {
     Some(pages * page.max(4096) as usize)
 }
 
-fn serve(input: libc::c_int, output: libc::c_int) {
+/// Caps this process's address space at what it has now plus `memory` and
+/// a margin, within the hard limit it was given.
+fn cap_address_space(memory: usize) {
+    let Some(space) = address_space() else {
+        return;
+    };
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: reads and sets this process's own limit.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_AS, &mut limit) != 0 {
+            return;
+        }
+        let wanted = space.saturating_add(memory).saturating_add(ADDRESS_SPACE_MARGIN) as libc::rlim_t;
+        limit.rlim_cur = wanted.min(limit.rlim_max);
+        libc::setrlimit(libc::RLIMIT_AS, &limit);
+    }
+}
+
+fn serve(mut input: std::fs::File, mut output: std::fs::File) {
+    use std::io::{Read, Write};
     loop {
-        let mut head = [0u8; 48];
-        if !read_exact(input, &mut head) {
+        let mut head = [0u8; HEADER_BYTES];
+        if input.read_exact(&mut head).is_err() {
             return;
         }
         let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
@@ -682,30 +815,22 @@ fn serve(input: libc::c_int, output: libc::c_int) {
         let timeout = Duration::from_millis(word(3));
         let max_plan_nodes = word(4) as usize;
         let memory = (word(5) as usize).max(1);
-        if let Some(space) = address_space() {
-            let cap = libc::rlimit {
-                rlim_cur: space.saturating_add(memory).saturating_add(ADDRESS_SPACE_MARGIN) as libc::rlim_t,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            // SAFETY: sets this process's own soft limit.
-            unsafe { libc::setrlimit(libc::RLIMIT_AS, &cap) };
-        }
+        cap_address_space(memory);
         LIVE.store(0, Ordering::Relaxed);
         PEAK.store(0, Ordering::Relaxed);
         LIMIT.store(memory, Ordering::Relaxed);
-        let mut body = Vec::new();
-        body.resize(len, 0u8);
-        if !read_exact(input, &mut body) {
+        let mut body = vec![0u8; len];
+        if input.read_exact(&mut body).is_err() {
             return;
         }
         let budget = Budget::with_timeout(timeout).with_max_plan_nodes(max_plan_nodes);
-        let _job = isolate::enter(budget);
+        let job = isolate::enter(budget);
         // SAFETY: the address of `trampoline::<A, R>` for the caller's
         // types, sent by the caller, a fork of this very process.
         let run: fn(usize, &[u8]) -> Vec<u8> =
             unsafe { std::mem::transmute::<usize, fn(usize, &[u8]) -> Vec<u8>>(trampoline) };
         let answer = run(f, &body);
-        drop(_job);
+        drop(job);
         drop(body);
         let peak = PEAK.load(Ordering::Relaxed);
         let mut out = Vec::with_capacity(16 + answer.len());
@@ -714,7 +839,7 @@ fn serve(input: libc::c_int, output: libc::c_int) {
         out.extend_from_slice(&answer);
         drop(answer);
         LIMIT.store(0, Ordering::Relaxed);
-        let ok = write_all(output, &out);
+        let ok = output.write_all(&out).is_ok();
         drop(out);
         isolate::clear_phase_page();
         if peak > TRIM_ABOVE {
@@ -728,36 +853,4 @@ fn serve(input: libc::c_int, output: libc::c_int) {
             return;
         }
     }
-}
-
-fn read_exact(fd: libc::c_int, buf: &mut [u8]) -> bool {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: reads into a live slice.
-        let n = unsafe { libc::read(fd, buf[got..].as_mut_ptr().cast(), buf.len() - got) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            return false;
-        }
-        got += n as usize;
-    }
-    true
-}
-
-fn write_all(fd: libc::c_int, buf: &[u8]) -> bool {
-    let mut done = 0;
-    while done < buf.len() {
-        // SAFETY: writes from a live slice.
-        let n = unsafe { libc::write(fd, buf[done..].as_ptr().cast(), buf.len() - done) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        }
-        if n <= 0 {
-            return false;
-        }
-        done += n as usize;
-    }
-    true
 }

@@ -157,6 +157,12 @@ fn the_helper_process_bounds_memory_and_time() {
     );
     assert_eq!(helper_pid(), Some(first));
 
+    // What a call allocates is counted: a call that keeps 8 MB reports at
+    // least that much.
+    call(5_000, 8usize << 20, |n| Ok(vec![1u8; n].iter().map(|b| *b as usize).sum::<usize>()))
+        .unwrap();
+    assert!(last_call_peak_bytes() >= 8 << 20, "{}", last_call_peak_bytes());
+
     // A panic is an internal error; the helper lives on.
     let e = call::<(), ()>(5_000, (), |()| panic!("boom")).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Internal);
@@ -178,6 +184,22 @@ fn the_helper_process_bounds_memory_and_time() {
         call(5_000, "SELECT 2".to_string(), |t| deny::sql_hash(&t)).unwrap();
         previous = helper_pid().unwrap();
     }
+
+    // A helper that died while idle (the out-of-memory killer, an operator)
+    // is replaced: the next call is answered.
+    // SAFETY: kills this test's own helper process.
+    unsafe { libc::kill(previous, libc::SIGKILL) };
+    std::thread::sleep(Duration::from_millis(50));
+    call(5_000, "SELECT 3".to_string(), |t| deny::sql_hash(&t)).unwrap();
+    assert_ne!(helper_pid(), Some(previous));
+    assert!(!alive(previous), "the dead helper {previous} was not reaped");
+    previous = helper_pid().unwrap();
+
+    // An argument whose JSON alone is over the budget (a control character
+    // takes six bytes) is refused before it is sent, and the helper stays.
+    let e = call(5_000, "\u{1}".repeat(20_000_000), |t| deny::sql_hash(&t)).unwrap_err();
+    assert_eq!(e.kind, ErrorKind::MemoryLimit, "{e}");
+    assert_eq!(helper_pid(), Some(previous));
 
     // Work that never reaches a checkpoint and never allocates is killed at
     // the deadline: the time-limit error, and the process is gone.

@@ -7,5 +7,5 @@ mod errors;
 mod jobs;
 mod legacy;
 pub mod settings;
-mod helper;
+pub(crate) mod helper;
 pub mod trust;
