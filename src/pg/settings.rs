@@ -202,34 +202,26 @@ pub fn query_deny_max_rules() -> i32 {
     QUERY_DENY_MAX_RULES.get()
 }
 
-/// The session's limit, except in the extension's own re-check of a
-/// dependent: a caller's short timeout must not decide that a valid view
-/// "no longer validates" (statement_timeout and cancellation still apply).
-/// A caller that is not an admin gets at most the default.
-pub fn validation_timeout() -> Duration {
+/// The time one validation may take, and whether the caller is held to the
+/// default below what it set. The session's limit, except in the
+/// extension's own re-check of a dependent: a caller's short timeout must
+/// not decide that a valid view "no longer validates" (statement_timeout and
+/// cancellation still apply). A caller that is not an admin gets at most the
+/// default.
+pub fn validation_timeout() -> (Duration, bool) {
     if crate::pg::trust::held("recheck") {
-        return Duration::from_millis(MAX_VALIDATION_TIMEOUT_MS as u64);
+        return (Duration::from_millis(MAX_VALIDATION_TIMEOUT_MS as u64), false);
     }
     let asked = VALIDATION_TIMEOUT_MS.get().max(1);
-    let ms = if asked > DEFAULT_VALIDATION_TIMEOUT_MS && !crate::pg::trust::caller_is_admin() {
-        DEFAULT_VALIDATION_TIMEOUT_MS
-    } else {
-        asked
-    };
-    Duration::from_millis(ms as u64)
+    if asked > DEFAULT_VALIDATION_TIMEOUT_MS && !crate::pg::trust::caller_is_admin() {
+        return (Duration::from_millis(DEFAULT_VALIDATION_TIMEOUT_MS as u64), true);
+    }
+    (Duration::from_millis(asked as u64), false)
 }
 
 /// The time-limit error of a caller held to the default says so.
-pub fn explain_time_limit(
-    e: micromegas_views_core::Error,
-    timeout: Duration,
-) -> micromegas_views_core::Error {
-    let held = e.kind == micromegas_views_core::ErrorKind::TimeLimit
-        && timeout == Duration::from_millis(DEFAULT_VALIDATION_TIMEOUT_MS as u64)
-        && VALIDATION_TIMEOUT_MS.get() > DEFAULT_VALIDATION_TIMEOUT_MS
-        && !crate::pg::trust::held("recheck")
-        && !crate::pg::trust::caller_is_admin();
-    if held {
+pub fn explain_time_limit(e: micromegas_views_core::Error) -> micromegas_views_core::Error {
+    if e.kind == micromegas_views_core::ErrorKind::TimeLimit {
         e.with_hint("Simplify the query. Only superusers and members of micromegas_admin get more than the default validation_timeout (5s); this role is held to it.")
     } else {
         e
