@@ -17,19 +17,7 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
-DO $$
-DECLARE
-  r record;
-BEGIN
-  FOR r IN SELECT a.rolname FROM pg_catalog.pg_roles a
-            WHERE a.rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
-              AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s
-                               WHERE s.setdatabase = 0 AND s.setrole = a.oid
-                                 AND pg_catalog.format('micromegas_views.extension_role=%s', a.rolname) = ANY (s.setconfig)) LOOP
-    EXECUTE pg_catalog.format('ALTER ROLE %I SET micromegas_views.extension_role = %L', r.rolname, r.rolname);
-  END LOOP;
-END
-$$;
+--@verbatim schema.sql:role marks
 
 --@replace CREATE FUNCTION micromegas._mm_jobs_notify(
 --@replace CREATE FUNCTION micromegas.mm_explain_view(

@@ -17,6 +17,9 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
+-- The extension's mark on its roles, where it is missing (rewriting it
+-- would make two installs in two databases at once collide on the same
+-- catalog row). The upgrade to 0.1.11 runs this same block.
 DO $$
 DECLARE
   r record;

@@ -107,8 +107,16 @@ BEGIN
   IF NOT pg_catalog.pg_has_role('micromegas_service', 'micromegas_reader', 'MEMBER') THEN
     GRANT micromegas_reader TO micromegas_service;
   END IF;
-  -- The mark, where it is missing (rewriting it would make two installs
-  -- in two databases at once collide on the same catalog row).
+END
+$$;
+-- <role marks>
+-- The extension's mark on its roles, where it is missing (rewriting it
+-- would make two installs in two databases at once collide on the same
+-- catalog row). The upgrade to 0.1.11 runs this same block.
+DO $$
+DECLARE
+  r record;
+BEGIN
   FOR r IN SELECT a.rolname FROM pg_catalog.pg_roles a
             WHERE a.rolname IN ('micromegas_admin', 'micromegas_reader', 'micromegas_service')
               AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_db_role_setting s
@@ -118,6 +126,7 @@ BEGIN
   END LOOP;
 END
 $$;
+-- </role marks>
 -- </roles>
 
 -- The catalog version: one row, bumped by every committed change. Its row
