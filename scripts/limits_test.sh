@@ -48,12 +48,15 @@ session() {
     done
     echo "RESET ROLE;"
     echo "SELECT 'VmHWM ' || (regexp_match(pg_read_file('/proc/self/status'), 'VmHWM:\s+(\d+)'))[1];"
-  } | psql -X -A -t -d "$db" >"$work/session.$1.out" 2>&1 || true
+  } | psql -X -A -t -d "$db" >"$work/session.$1.out" 2>&1
+  # psql goes on past the errors the calls are expected to raise; it exits
+  # non-zero only when it lost its connection, which check_session reports.
+  echo "psql exit $?" >>"$work/session.$1.out"
 }
 
 check_session() {
   local out="$work/session.$1.out" hwm
-  if grep -qiE "server closed the connection|terminating connection|could not connect" "$out"; then
+  if ! grep -q "^psql exit 0$" "$out" || grep -qiE "server closed the connection|terminating connection|could not connect" "$out"; then
     fail "session $1 lost its backend: $(grep -iE 'server closed|terminating|could not' "$out" | head -2)"
   fi
   local hashes explains
@@ -104,8 +107,10 @@ SET ROLE micromegas_service;
 SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('during_dry_run_static',
   '{"fields": [{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}]}', 500, 'raw');
 SQL
-wait $reader || true
+reader_status=0
+wait $reader || reader_status=$?
 took=$(( $(date +%s) - begin ))
+[ $reader_status = 0 ] || fail "the reader's psql exited with $reader_status: $(head -c 400 "$work/join.out")"
 if grep -q "54001: .*exceeded the validation time limit of 5000 ms" "$work/join.out"; then
   echo "limits: a reader's dry run with validation_timeout = 60s was held to 5000 ms (${took}s in all); an admin's create and a service's registration meanwhile did not wait"
 elif grep -q "^{}" "$work/join.out"; then
