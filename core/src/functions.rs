@@ -459,7 +459,6 @@ mod tests {
     /// function look-up in between stops at its next operator).
     #[test]
     fn the_expression_planner_checkpoint_comes_first_and_stops_a_job() {
-        let _pool = crate::isolate::exclusive_pool();
         assert_eq!(format!("{:?}", registry().expr_planners[0]), "Checkpoint");
         let raw = || RawBinaryExpr {
             op: sqlparser::ast::BinaryOperator::Plus,

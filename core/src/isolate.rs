@@ -1,39 +1,27 @@
-//! Runs work on a helper thread with a large stack and turns a panic into an
-//! error, so hostile input can neither overflow the caller's stack nor unwind
-//! into it. The closure must not touch anything thread-bound (Postgres).
+//! The budget of one piece of work on caller text, and a thread to run it
+//! on. The work must not touch anything thread-bound (Postgres).
 //!
-//! Every job carries a [`Budget`]: a deadline and a cancel flag. The work
-//! calls [`checkpoint`] between phases and inside the loops that can grow
-//! with the input; past the deadline, or once the caller has given up on the
-//! job (it was interrupted and dropped its [`Pending`]), the checkpoint
-//! returns an error and the job ends. The caller never blocks on the helper
-//! without a way out: [`Pending::wait`] returns after a tick so that the
-//! caller can service its own interrupts in between, and returns the
-//! time-limit error itself once the deadline has passed: a stretch of work
-//! that reaches no checkpoint (one long DataFusion pass over a very wide
-//! query) cannot keep the caller past its limit; the abandoned job ends at
-//! its next checkpoint — which DataFusion's work on very wide nested
-//! queries (its column look-ups are linear, so `SELECT *` over thousands of
-//! columns, nested, is quadratic per level) can put far off: at most
-//! [`MAX_HELPERS`] such jobs run per backend, and a job that could not start
-//! before its deadline says so. A job whose caller gave up runs the rest of
-//! its work at the lowest CPU priority (nice 19, Linux): what no checkpoint
-//! and no estimate bounded takes only CPU time nothing else wants. Its
-//! helper then takes no new job (a thread cannot raise its priority back)
-//! and exits once replaced.
+//! Every job carries a [`Budget`]: a deadline, a plan-node limit and a
+//! cancel flag. The work calls [`checkpoint`] between phases and inside the
+//! loops that can grow with the input; past the deadline, or once the caller
+//! has given up on the job, the checkpoint returns an error and the job
+//! ends, its message naming the phase [`set_phase`] last named.
 //!
-//! One helper is kept per process (per backend), so its stack pages stay
-//! mapped and no call pays for a thread start. When a job is submitted while
-//! the helper is still finishing an abandoned one, a fresh helper takes the
-//! new job and the old one exits once its job ends (at most
-//! [`MAX_HELPERS`] at once; past that the job waits its turn).
+//! The extension runs its work in a helper process (`sandbox`), which
+//! enters a budget on its serving thread ([`enter`]) and publishes the
+//! phase in a page its caller reads ([`PhasePage`]); the caller stops the
+//! process itself past the deadline. Tests, examples and other hosts run
+//! work on a thread of its own instead ([`run`], [`run_with`], [`submit`]):
+//! a large stack, a panic turned into an error, and a caller that is
+//! answered at the deadline whether or not the work reached a checkpoint
+//! (the work then ends at its next one).
 
 use crate::error::{Error, ErrorKind, Result};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Logical plan nodes a query may plan to, counted as a tree (a CTE is
@@ -47,12 +35,8 @@ pub const MAX_MAX_PLAN_NODES: usize = 250_000;
 /// limit of the extension's own re-checks of dependents.
 pub const MAX_VALIDATION_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Stack of the helper thread. Only touched pages are committed.
+/// Stack of the thread work runs on. Only touched pages are committed.
 pub const STACK_BYTES: usize = 256 * 1024 * 1024;
-/// Helpers alive at once, counting those finishing an abandoned job.
-pub const MAX_HELPERS: usize = 4;
-
-type Job = Box<dyn FnOnce() + Send>;
 
 /// Limits on one job: a deadline and a flag the caller sets when it gives up.
 #[derive(Debug, Clone)]
@@ -64,59 +48,7 @@ pub struct Budget {
     /// What the job is doing (set by [`set_phase`]), shared with the caller
     /// so that its own time-limit error names the same phase.
     phase: Arc<Mutex<String>>,
-    /// Whether a helper has begun the job (it may wait behind helpers
-    /// still finishing abandoned jobs).
-    started: Arc<AtomicBool>,
-    /// The helper running the job, and what the caller may do to it.
-    runner: Arc<Runner>,
 }
-
-/// The helper thread a job runs on, as its caller sees it.
-#[derive(Debug, Default)]
-struct Runner {
-    /// The thread's id (Linux), once the job started; 0 before.
-    tid: std::sync::atomic::AtomicI32,
-    /// Set by a caller that gave up: the helper runs at the lowest priority
-    /// and takes no new job.
-    retired: Arc<AtomicBool>,
-}
-
-impl Runner {
-    /// Lowers the running job's thread to the lowest CPU priority and
-    /// retires its helper.
-    fn demote(&self) {
-        self.retired.store(true, Ordering::SeqCst);
-        let tid = self.tid.load(Ordering::SeqCst);
-        if tid != 0 {
-            lowest_priority(tid);
-        }
-    }
-}
-
-#[cfg(target_os = "linux")]
-fn current_tid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn current_tid() -> i32 {
-    0
-}
-
-/// Nice 19 for one thread: on Linux `setpriority(PRIO_PROCESS, tid)` sets a
-/// single thread's priority; any process may lower its own threads'.
-#[cfg(target_os = "linux")]
-fn lowest_priority(tid: i32) {
-    // SAFETY: plain system call on an id of this process's own thread; a
-    // failure (thread gone) changes nothing.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn lowest_priority(_tid: i32) {}
 
 impl Budget {
     /// No deadline (tests, fuzzing); still cancellable.
@@ -127,8 +59,6 @@ impl Budget {
             cancelled: Arc::new(AtomicBool::new(false)),
             max_plan_nodes: DEFAULT_MAX_PLAN_NODES,
             phase: Arc::new(Mutex::new(String::from("validation"))),
-            started: Arc::new(AtomicBool::new(false)),
-            runner: Arc::new(Runner::default()),
         }
     }
 
@@ -166,9 +96,6 @@ impl Budget {
         let (deadline, timeout) = (self.deadline?, self.timeout?);
         if Instant::now() < deadline {
             return None;
-        }
-        if !self.started.load(Ordering::SeqCst) {
-            return Some(could_not_start(timeout));
         }
         let phase = self
             .phase
@@ -211,21 +138,6 @@ pub fn time_limit_error(phase: &str, timeout: Duration) -> Error {
             ))
             .with_hint("Simplify the query, or raise micromegas_views.validation_timeout for this session (at most 60s).")
     }
-}
-
-/// A job that found every helper of the process busy with abandoned work.
-fn could_not_start(timeout: Duration) -> Error {
-    Error::new(
-        ErrorKind::TimeLimit,
-        format!(
-            "validation could not start within the validation time limit of {} ms",
-            timeout.as_millis()
-        ),
-    )
-    .with_detail(format!(
-        "This session's {MAX_HELPERS} planning threads are all still finishing validations that ran out of time earlier; they stop at their next checkpoint."
-    ))
-    .with_hint("Retry once they have finished, or from another session.")
 }
 
 thread_local! {
@@ -273,7 +185,6 @@ pub fn set_phase(phase: &str) {
 /// Runs the current thread's work under `budget` until the guard drops
 /// (the requests of a helper process: see the `sandbox` module).
 pub fn enter(budget: Budget) -> Entered {
-    budget.started.store(true, Ordering::SeqCst);
     BUDGET.with(|b| *b.borrow_mut() = Some(budget));
     Entered(())
 }
@@ -360,109 +271,6 @@ pub fn clear_phase_page() {
 static SHARED_PHASE_PAGE: std::sync::atomic::AtomicPtr<u8> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
-/// How a helper thread is started. The host (the pgrx shell) may wrap the
-/// spawn, e.g. to block its signals so that the new thread inherits a mask
-/// that leaves every signal to the host's own thread.
-pub type SpawnGuard = fn(&mut dyn FnMut());
-
-static SPAWN_GUARD: OnceLock<SpawnGuard> = OnceLock::new();
-
-/// Installs the spawn wrapper; the first call wins.
-pub fn set_spawn_guard(guard: SpawnGuard) {
-    let _ = SPAWN_GUARD.set(guard);
-}
-
-struct Helper {
-    sender: Sender<Job>,
-    /// Jobs handed to this helper and not ended yet (queued or running).
-    busy: Arc<AtomicUsize>,
-    /// Set when a caller gave up on one of its jobs: it runs at the lowest
-    /// priority from then on, so it takes no new job.
-    retired: Arc<AtomicBool>,
-}
-
-static ALIVE: AtomicUsize = AtomicUsize::new(0);
-
-fn spawn_helper() -> Result<Helper> {
-    let (sender, receiver) = channel::<Job>();
-    let busy = Arc::new(AtomicUsize::new(0));
-    let mut receiver = Some(receiver);
-    let mut spawned = Err(Error::internal("the planning thread was not started"));
-    let mut start = || {
-        let Some(receiver) = receiver.take() else {
-            return;
-        };
-        ALIVE.fetch_add(1, Ordering::SeqCst);
-        spawned = std::thread::Builder::new()
-            .name("micromegas-views-planner".into())
-            .stack_size(STACK_BYTES)
-            .spawn(move || {
-                // Each job takes itself off its helper's `busy` count, before it replies.
-                for job in receiver {
-                    job();
-                }
-                ALIVE.fetch_sub(1, Ordering::SeqCst);
-            })
-            .map(|_| ())
-            .map_err(|e| {
-                ALIVE.fetch_sub(1, Ordering::SeqCst);
-                Error::internal(format!("cannot start the planning thread: {e}"))
-            });
-    };
-    match SPAWN_GUARD.get() {
-        Some(guard) => guard(&mut start),
-        None => start(),
-    }
-    spawned?;
-    Ok(Helper {
-        sender,
-        busy,
-        retired: Arc::new(AtomicBool::new(false)),
-    })
-}
-
-/// The helper for a new job, or `None` when a job with a deadline cannot
-/// have one: the current helper is retired and still busy with abandoned
-/// work, and [`MAX_HELPERS`] are alive. A job must never start on a retired
-/// helper (it would run at the lowest priority); one without a deadline
-/// (tests, fuzzing; every validation of the extension, a re-check too, has
-/// one) gets a fresh helper even past the cap.
-fn helper_for_new_job(
-    bounded: bool,
-) -> Result<Option<(Sender<Job>, Arc<AtomicUsize>, Arc<AtomicBool>)>> {
-    static HELPER: OnceLock<Mutex<Option<Helper>>> = OnceLock::new();
-    let slot = HELPER.get_or_init(|| Mutex::new(None));
-    let mut guard = slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let replace = match guard.as_ref() {
-        None => true,
-        Some(h) => {
-            let busy = h.busy.load(Ordering::SeqCst) > 0;
-            let retired = h.retired.load(Ordering::SeqCst);
-            let room = ALIVE.load(Ordering::SeqCst) < MAX_HELPERS;
-            match (retired, busy) {
-                // Idle and retired: it exits as soon as it is replaced.
-                (true, false) => true,
-                (true, true) if !room && bounded => return Ok(None),
-                (true, true) => true,
-                // Busy (only when several threads of one process submit):
-                // a new helper while there is room, else the job waits.
-                (false, busy) => busy && room,
-            }
-        }
-    };
-    if replace {
-        // Dropping the old sender lets a busy helper exit after its job.
-        *guard = Some(spawn_helper()?);
-    }
-    let helper = guard.as_ref().expect("a helper");
-    helper.busy.fetch_add(1, Ordering::SeqCst);
-    Ok(Some((
-        helper.sender.clone(),
-        Arc::clone(&helper.busy),
-        Arc::clone(&helper.retired),
-    )))
-}
-
 /// The text a panic carried (`&str` or `String`), for an error message.
 pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     panic
@@ -472,8 +280,8 @@ pub(crate) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "unknown panic".to_string())
 }
 
-/// A job handed to a helper. Dropping it before its answer arrived cancels
-/// the job: its next [`checkpoint`] ends it.
+/// A job on its thread. Dropping it before its answer arrived cancels the
+/// job: its next [`checkpoint`] ends it.
 pub struct Pending<T> {
     answer: Receiver<Result<T>>,
     budget: Budget,
@@ -505,50 +313,33 @@ impl<T> Drop for Pending<T> {
     fn drop(&mut self) {
         if !self.done {
             self.budget.cancelled.store(true, Ordering::SeqCst);
-            self.budget.runner.demote();
         }
     }
 }
 
-/// Hands `f` to a helper thread under `budget` and returns at once.
+/// Starts `f` on a thread of its own under `budget` and returns at once.
 pub fn submit<T, F>(budget: Budget, f: F) -> Result<Pending<T>>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
     T: Send + 'static,
 {
     let (reply, answer) = channel::<Result<T>>();
-    let Some((sender, busy, retired)) = helper_for_new_job(budget.deadline.is_some())? else {
-        return Err(could_not_start(budget.timeout.unwrap_or_default()));
-    };
-    let mut budget = budget;
-    budget.runner = Arc::new(Runner {
-        tid: Default::default(),
-        retired,
-    });
     let waiter = budget.clone();
-    let done = Arc::clone(&busy);
-    let job: Job = Box::new(move || {
-        budget.runner.tid.store(current_tid(), Ordering::SeqCst);
-        budget.started.store(true, Ordering::SeqCst);
-        BUDGET.with(|b| *b.borrow_mut() = Some(budget));
-        let result = match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(result) => result,
-            Err(panic) => Err(
-                Error::internal("internal error while validating the definition")
-                    .with_detail(panic_message(panic.as_ref())),
-            ),
-        };
-        BUDGET.with(|b| *b.borrow_mut() = None);
-        // Free before the caller can see the answer and submit again: a
-        // caller must never find its helper busy with a job it already has
-        // the answer of (it would start a needless new helper).
-        done.fetch_sub(1, Ordering::SeqCst);
-        let _ = reply.send(result);
-    });
-    if sender.send(job).is_err() {
-        busy.fetch_sub(1, Ordering::SeqCst);
-        return Err(Error::internal("the planning thread is gone"));
-    }
+    std::thread::Builder::new()
+        .name("micromegas-views-planner".into())
+        .stack_size(STACK_BYTES)
+        .spawn(move || {
+            let _job = enter(budget);
+            let result = match catch_unwind(AssertUnwindSafe(f)) {
+                Ok(result) => result,
+                Err(panic) => Err(
+                    Error::internal("internal error while validating the definition")
+                        .with_detail(panic_message(panic.as_ref())),
+                ),
+            };
+            let _ = reply.send(result);
+        })
+        .map_err(|e| Error::internal(format!("cannot start the planning thread: {e}")))?;
     Ok(Pending {
         answer,
         budget: waiter,
@@ -556,7 +347,7 @@ where
     })
 }
 
-/// Runs `f` on a helper thread and waits for its result, without a deadline.
+/// Runs `f` on a thread of its own and waits for its result, without a deadline.
 pub fn run<T, F>(f: F) -> Result<T>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
@@ -565,7 +356,7 @@ where
     run_with(Budget::unlimited(), f)
 }
 
-/// Runs `f` on a helper thread under `budget` and waits for its result.
+/// Runs `f` on a thread of its own under `budget` and waits for its result.
 pub fn run_with<T, F>(budget: Budget, f: F) -> Result<T>
 where
     F: FnOnce() -> Result<T> + Send + 'static,
@@ -577,13 +368,4 @@ where
             return result;
         }
     }
-}
-
-/// Serializes the tests that leave helpers stuck or abandoned: the helpers
-/// are per process, so one such test could otherwise fill every helper
-/// another one expects to find free (its job then "could not start").
-#[cfg(test)]
-pub(crate) fn exclusive_pool() -> std::sync::MutexGuard<'static, ()> {
-    static POOL: Mutex<()> = Mutex::new(());
-    POOL.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
