@@ -220,8 +220,8 @@ async fn main() {
     // within each, the extension and its native baseline alternate.
     let repeats = env("MMV_BENCH_REPEATS", 3).max(3);
     let mut runs: Vec<Vec<Row>> = Vec::new();
-    // MMV_BENCH_ONLY=create, deny or jobs: the definition writes' rows, the
-    // deny list's, or the job queue's, alone.
+    // MMV_BENCH_ONLY=create, first, deny or jobs: the definition writes'
+    // rows, the first call's, the deny list's, or the job queue's, alone.
     let only = std::env::var("MMV_BENCH_ONLY").ok();
     for _ in 0..repeats {
         match only.as_deref() {
@@ -232,7 +232,12 @@ async fn main() {
                 reset_for_creates(&client).await;
                 runs.push(create_rows(&client, rounds).await)
             }
-            Some(other) => panic!("MMV_BENCH_ONLY is create, deny or jobs, not {other}"),
+            Some("first") => {
+                let client = connect(&dsn).await;
+                reset_for_creates(&client).await;
+                runs.push(first_call_rows(&dsn, &client).await)
+            }
+            Some(other) => panic!("MMV_BENCH_ONLY is create, first, deny or jobs, not {other}"),
             None => runs.push(one_run(&dsn, rounds).await),
         }
     }
@@ -418,8 +423,19 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
     let client = connect(&dsn).await;
     reset_for_creates(&client).await;
     let mut rows = create_rows(&client, rounds).await;
+    rows.extend(first_call_rows(&dsn, &client).await);
 
-    // 2. First call in a fresh connection, and the backend's RSS.
+    // 3. REPLACE with 3 dependents, DROP of a leaf: 10 vs 1,000 vs 10,000 definitions.
+    let dep_rounds = (rounds / 2).max(10);
+    rows.extend(rest_of_run(&dsn, &client, rounds, dep_rounds).await);
+    rows
+}
+
+/// First call in a fresh connection, and the backend's RSS: five fresh
+/// connections each way, the extension's first dry run beside a first plain
+/// SQL function call.
+async fn first_call_rows(dsn: &str, client: &Client) -> Vec<Row> {
+    let mut rows = Vec::new();
     let mut first = Vec::new();
     let mut first_plain = Vec::new();
     let mut growth = Vec::new();
@@ -525,9 +541,13 @@ async fn one_run(dsn: &str, rounds: usize) -> Vec<Row> {
         baseline: percentile(&mut shmem_plain, 0.5),
         unit: "MiB",
     });
+    rows
+}
 
-    // 3. REPLACE with 3 dependents, DROP of a leaf: 10 vs 1,000 vs 10,000 definitions.
-    let dep_rounds = (rounds / 2).max(10);
+/// The rows of a full run after the first call's.
+async fn rest_of_run(dsn: &str, client: &Client, rounds: usize, dep_rounds: usize) -> Vec<Row> {
+    let dsn = dsn.to_string();
+    let mut rows = Vec::new();
     let (replace10, drop10) = dependents_at(&client, 10, dep_rounds).await;
     for total in [1_000i64, 10_000] {
         let (replace, drop) = dependents_at(&client, total, dep_rounds).await;

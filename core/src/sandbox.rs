@@ -26,14 +26,19 @@
 //!   address space at the start of the call plus the budget and a margin),
 //!   for anything the counter does not see.
 //! - **Isolation.** The helper is not a child of the postmaster: its death,
-//!   whatever the cause, never restarts the cluster. It touches no shared
-//!   memory (it runs only this crate's pure code), leaves Postgres' signal
-//!   handlers behind (it dies with the backend's process group on
-//!   terminate or shutdown, ignores a cancel, which the backend handles by
-//!   killing it, and dies when the backend does: `PR_SET_PDEATHSIG`), keeps
-//!   no file descriptor of the backend but its two pipes and standard
-//!   streams, and exits with `_exit`, running no exit handler of the
-//!   backend.
+//!   whatever the cause, never restarts the cluster. Its host stops and
+//!   reaps it when the host exits ([`shutdown`], from Postgres'
+//!   `on_proc_exit`; `PR_SET_PDEATHSIG` is the backstop), so it is never
+//!   left to the init process. It touches no shared memory (it runs only
+//!   this crate's pure code), leaves Postgres' signal handlers behind
+//!   (signals are held across the fork and every disposition reset; it dies
+//!   with the backend's process group on terminate or shutdown and ignores
+//!   a cancel, which the backend handles by killing it), keeps no file
+//!   descriptor of the backend but its two pipes and standard streams, is
+//!   the kernel's first choice when memory runs out, and exits with
+//!   `_exit`, running no exit handler of the backend. What it does keep is
+//!   the backend's memory as it was at the fork (copy-on-write pages, and
+//!   the shared segments the backend had mapped), for as long as it lives.
 //!
 //! Inside the helper the work runs on a thread with a large stack
 //! ([`crate::isolate::STACK_BYTES`]) under a [`crate::isolate`] budget, so
