@@ -321,39 +321,54 @@ pub fn shutdown() {
     drop(HELPER.with_borrow_mut(|h| h.take()));
 }
 
-/// A request: a 48-byte header, then the argument as JSON, in one buffer
-/// that never grows past `cap` bytes and whose growth is asked of the
-/// allocator fallibly — the caller may be a Postgres backend, where a
-/// failed infallible allocation aborts the process.
-struct Request {
-    buf: Vec<u8>,
+/// Counts what serializing the argument writes, stopping past `cap`: the
+/// request's size is known before any of it is allocated.
+struct Measure {
+    len: usize,
     cap: usize,
-    over: bool,
 }
 
-const HEADER_BYTES: usize = 48;
-
-impl std::io::Write for Request {
+impl std::io::Write for Measure {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        let needed = self.buf.len() + bytes.len();
-        if needed > self.cap {
-            self.over = true;
+        self.len = self.len.saturating_add(bytes.len());
+        if self.len > self.cap {
             return Err(std::io::Error::other("over the budget"));
         }
-        if needed > self.buf.capacity() {
-            let grown = needed.max(self.buf.capacity() * 2).min(self.cap);
-            if self.buf.try_reserve_exact(grown - self.buf.len()).is_err() {
-                self.over = true;
-                return Err(std::io::Error::other("cannot allocate"));
-            }
-        }
-        self.buf.extend_from_slice(bytes);
         Ok(bytes.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+const HEADER_BYTES: usize = 48;
+
+/// A request: a 48-byte header, then the argument as JSON, in one buffer of
+/// exactly that size. Its size is measured first (an argument whose JSON
+/// is over the budget is refused without allocating it) and the buffer is
+/// asked of the allocator fallibly, once — the caller may be a Postgres
+/// backend, where a failed infallible allocation aborts the process.
+fn encode_request<A: Serialize>(arg: &A, budget: usize) -> Result<Vec<u8>> {
+    let encode_error = |e: serde_json::Error| {
+        Error::internal("cannot encode a validation request").with_detail(e.to_string())
+    };
+    let mut measure = Measure { len: 0, cap: budget };
+    if let Err(e) = serde_json::to_writer(&mut measure, arg) {
+        return Err(if measure.len > budget {
+            memory_limit_error(budget)
+        } else {
+            encode_error(e)
+        });
+    }
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(HEADER_BYTES + measure.len)
+        .map_err(|_| memory_limit_error(budget))?;
+    buf.extend_from_slice(&[0u8; HEADER_BYTES]);
+    // Within the capacity just reserved: the same value serializes to the
+    // same bytes.
+    serde_json::to_writer(&mut buf, arg).map_err(encode_error)?;
+    Ok(buf)
 }
 
 /// Runs `f(arg)` in this thread's helper process under `limits`, calling
@@ -369,25 +384,9 @@ where
     A: Serialize + DeserializeOwned,
     R: Serialize + DeserializeOwned,
 {
-    // The request is bounded by the budget before anything is sent: an
-    // argument whose JSON alone is larger (control characters take six
-    // bytes each) is refused here.
-    let mut request = Request {
-        buf: Vec::new(),
-        cap: limits.memory_bytes.saturating_add(HEADER_BYTES),
-        over: false,
-    };
-    std::io::Write::write_all(&mut request, &[0u8; HEADER_BYTES])
-        .map_err(|_| memory_limit_error(limits.memory_bytes))?;
-    if let Err(e) = serde_json::to_writer(&mut request, &arg) {
-        return Err(if request.over {
-            memory_limit_error(limits.memory_bytes)
-        } else {
-            Error::internal("cannot encode a validation request").with_detail(e.to_string())
-        });
-    }
+    let mut request = encode_request(&arg, limits.memory_bytes)?;
     drop(arg);
-    let payload = request.buf.len() - HEADER_BYTES;
+    let payload = request.len() - HEADER_BYTES;
     for (i, word) in [
         payload as u64,
         trampoline::<A, R> as *const () as usize as u64,
@@ -399,7 +398,7 @@ where
     .into_iter()
     .enumerate()
     {
-        request.buf[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
+        request[i * 8..i * 8 + 8].copy_from_slice(&word.to_le_bytes());
     }
 
     let deadline = Instant::now() + limits.timeout;
@@ -419,7 +418,7 @@ where
     let outcome = exchange(
         helper.to_helper,
         helper.from_helper,
-        &request.buf,
+        &request,
         deadline,
         limits.memory_bytes,
         service,

@@ -3,7 +3,8 @@
 //! (definitions, deny rules, the fingerprint, schemas) either get their
 //! answer within the memory budget or are stopped with the time or memory
 //! error — never a crash, never more memory than the budget, and the
-//! calling process does not grow.
+//! calling process holds no more than its own inputs and requests, and
+//! nothing once the calls are over.
 //!
 //! One test function: the helper is forked from the test's own thread, and
 //! a fork is only safe while no other test thread can hold a lock.
@@ -12,10 +13,64 @@ use micromegas_views_core::catalog::CatalogRow;
 use micromegas_views_core::prepare::{self, RowInput};
 use micromegas_views_core::sandbox::{self, helper_pid, last_call_peak_bytes, Limits};
 use micromegas_views_core::{builtins, deny, schema, ErrorKind, Result};
+use std::alloc::{GlobalAlloc, Layout};
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
+/// The helper's allocator, with a count of this (the calling) process's
+/// live heap on top: what the caller holds is measured in bytes it
+/// allocated, not in resident pages, which the C allocator keeps or
+/// returns by its own rules.
+struct CallerCounted;
+
+static CALLER_LIVE: AtomicIsize = AtomicIsize::new(0);
+static CALLER_PEAK: AtomicIsize = AtomicIsize::new(0);
+
+fn caller_grow(bytes: usize) {
+    let live = CALLER_LIVE.fetch_add(bytes as isize, Ordering::Relaxed) + bytes as isize;
+    CALLER_PEAK.fetch_max(live, Ordering::Relaxed);
+}
+
+fn caller_shrink(bytes: usize) {
+    CALLER_LIVE.fetch_sub(bytes as isize, Ordering::Relaxed);
+}
+
+// SAFETY: forwards every call to the helper's allocator with the same
+// arguments; the counting touches only atomics.
+unsafe impl GlobalAlloc for CallerCounted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        caller_grow(layout.size());
+        sandbox::BudgetAllocator.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        caller_grow(layout.size());
+        sandbox::BudgetAllocator.alloc_zeroed(layout)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        sandbox::BudgetAllocator.dealloc(ptr, layout);
+        caller_shrink(layout.size());
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        caller_grow(new_size);
+        let moved = sandbox::BudgetAllocator.realloc(ptr, layout, new_size);
+        caller_shrink(layout.size());
+        moved
+    }
+}
+
 #[global_allocator]
-static ALLOCATOR: sandbox::BudgetAllocator = sandbox::BudgetAllocator;
+static ALLOCATOR: CallerCounted = CallerCounted;
+
+/// The caller's live heap, and its peak since the last reset.
+fn caller_live() -> isize {
+    CALLER_LIVE.load(Ordering::Relaxed)
+}
+
+fn reset_caller_peak() -> isize {
+    let live = caller_live();
+    CALLER_PEAK.store(live, Ordering::Relaxed);
+    live
+}
 
 const BUDGET: usize = 64 << 20;
 
@@ -25,18 +80,6 @@ fn limits(timeout_ms: u64) -> Limits {
         memory_bytes: BUDGET,
         max_plan_nodes: 250_000,
     }
-}
-
-/// Resident memory of this process, in bytes.
-fn own_rss() -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: usize = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb * 1024
 }
 
 fn alive(pid: i32) -> bool {
@@ -50,7 +93,19 @@ where
     R: serde::Serialize + serde::de::DeserializeOwned,
 {
     let mut ticks = 0u64;
+    // What the caller may hold during a call: the request (its JSON, in a
+    // buffer of its size) and the answer (its bytes and their decoding);
+    // planning the input is not in it.
+    let request = serde_json::to_vec(&arg).map(|v| v.len()).unwrap_or(0);
+    let before = reset_caller_peak();
     let result = sandbox::call(limits(timeout_ms), arg, f, &mut || ticks += 1);
+    let held = CALLER_PEAK.load(Ordering::Relaxed) - before;
+    let answer = serde_json::to_vec(&result).map(|v| v.len()).unwrap_or(0);
+    let allowed = request.min(BUDGET) + 3 * answer + (1 << 20);
+    assert!(
+        held <= allowed as isize,
+        "the caller held {held} bytes for a {request}-byte request and a {answer}-byte answer"
+    );
     if result.is_ok() {
         let peak = last_call_peak_bytes();
         assert!(peak <= BUDGET as isize, "answered after allocating {peak} bytes");
@@ -145,7 +200,7 @@ fn generated_queries(g: &mut Gen) -> Vec<(String, String)> {
 
 #[test]
 fn the_helper_process_bounds_memory_and_time() {
-    let baseline = own_rss();
+    let baseline = caller_live();
 
     // An answer, and the same helper serves the next call.
     let hash = call(5_000, "SELECT 1".to_string(), |t| deny::sql_hash(&t)).unwrap();
@@ -250,10 +305,9 @@ fn the_helper_process_bounds_memory_and_time() {
         acceptable(&format!("schema of {depth} fields"), &r);
     }
 
-    // Whatever the helpers did, this process stayed small.
-    let grown = own_rss().saturating_sub(baseline);
-    assert!(
-        grown < BUDGET,
-        "the calling process grew by {grown} bytes"
-    );
+    // Every call above held no more than its request and answer (checked
+    // in `call`), and the caller keeps nothing once the calls are over.
+    drop(rows);
+    let kept = caller_live() - baseline;
+    assert!(kept < 1 << 20, "the calling process kept {kept} bytes");
 }
