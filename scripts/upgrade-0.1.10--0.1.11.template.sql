@@ -17,6 +17,10 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
+-- * a write plans its definition before it takes the catalog lock
+--   (_mm_plan_ahead, new): under the lock it takes that answer from memory
+--   unless the catalog rows the definition reads moved meanwhile, so a long
+--   validation no longer holds other writers.
 --@verbatim schema.sql:role marks
 
 --@replace CREATE FUNCTION micromegas._mm_jobs_notify(
@@ -25,3 +29,10 @@ COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
+
+--@rust _mm_plan_ahead
+COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
+  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
+--@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,
+--@replace CREATE FUNCTION micromegas._mm_definitions_before_write(
+SELECT micromegas._mm_apply_privileges();

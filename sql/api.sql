@@ -55,6 +55,10 @@ DECLARE
   outcome text := 'created';
 BEGIN
   PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  -- Planned before the lock: the write under it takes the answer from
+  -- memory unless what the definition reads moved meanwhile.
+  PERFORM micromegas._mm_plan_ahead(name, NULL, extract_query, count_src_query, merge_partitions_query,
+                                    update_group, options);
   PERFORM micromegas._mm_lock_catalog();
   IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
     IF NOT or_replace THEN
@@ -781,6 +785,8 @@ COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_parti
   'The files of the given deleted partitions that no partition references any more, once each: what the queue trigger queues and a retirement reports';
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
+COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
+  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS

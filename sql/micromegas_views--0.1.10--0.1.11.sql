@@ -17,6 +17,10 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
+-- * a write plans its definition before it takes the catalog lock
+--   (_mm_plan_ahead, new): under the lock it takes that answer from memory
+--   unless the catalog rows the definition reads moved meanwhile, so a long
+--   validation no longer holds other writers.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -53,3 +57,207 @@ COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
+
+CREATE FUNCTION micromegas."_mm_plan_ahead"(
+	"view_set_name" TEXT, /* Option < String > */
+	"definition_sql" TEXT, /* Option < String > */
+	"extract_query" TEXT, /* Option < String > */
+	"count_src_query" TEXT, /* Option < String > */
+	"merge_partitions_query" TEXT, /* Option < String > */
+	"update_group" INT, /* Option < i32 > */
+	"view_options" jsonb /* Option < JsonB > */
+) RETURNS bool /* bool */
+VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'plan_ahead_wrapper';
+COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
+  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
+  name text,
+  extract_query text,
+  count_src_query text,
+  merge_partitions_query text,
+  update_group integer,
+  time_column text DEFAULT NULL,
+  min_time_column text DEFAULT NULL,
+  max_time_column text DEFAULT NULL,
+  source_partition_delta text DEFAULT NULL,
+  merge_partition_delta text DEFAULT NULL,
+  merge_sort_order text DEFAULT NULL,
+  with_no_data boolean DEFAULT NULL,
+  auto_refresh boolean DEFAULT NULL,
+  or_replace boolean DEFAULT false)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
+  options jsonb := pg_catalog.jsonb_strip_nulls(pg_catalog.jsonb_build_object(
+    'time_column', time_column, 'min_time_column', min_time_column, 'max_time_column', max_time_column,
+    'source_partition_delta', source_partition_delta, 'merge_partition_delta', merge_partition_delta,
+    'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
+  outcome text := 'created';
+BEGIN
+  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  -- Planned before the lock: the write under it takes the answer from
+  -- memory unless what the definition reads moved meanwhile.
+  PERFORM micromegas._mm_plan_ahead(name, NULL, extract_query, count_src_query, merge_partitions_query,
+                                    update_group, options);
+  PERFORM micromegas._mm_lock_catalog();
+  IF EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name) THEN
+    IF NOT or_replace THEN
+      RAISE EXCEPTION 'materialized view "%" already exists', name
+        USING ERRCODE = 'duplicate_object', HINT = 'Pass or_replace => true to replace it.';
+    END IF;
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NULL, extract_query = mm_create_view.extract_query,
+           count_src_query = mm_create_view.count_src_query,
+           merge_partitions_query = mm_create_view.merge_partitions_query,
+           update_group = mm_create_view.update_group, view_options = options
+     WHERE d.view_set_name = name;
+    outcome := 'replaced';
+  ELSE
+    INSERT INTO micromegas.lakehouse_view_set_definitions AS d
+           (view_set_name, extract_query, count_src_query, merge_partitions_query, update_group, view_options)
+    VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
+  END IF;
+  RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
+                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  intent text := micromegas._mm_intent(NEW.view_set_name);
+  keep_given boolean;
+  statement_sql text := NEW.definition_sql;
+  p record;
+BEGIN
+  IF TG_OP = 'INSERT' THEN
+    -- Planned before the lock (src/pg/api.rs, _mm_plan_ahead): a long
+    -- validation holds no other writer; the call below, under the lock,
+    -- plans again only if what the definition reads moved meanwhile.
+    PERFORM micromegas._mm_plan_ahead(NEW.view_set_name, NEW.definition_sql, NEW.extract_query,
+                                      NEW.count_src_query, NEW.merge_partitions_query,
+                                      NEW.update_group, NEW.view_options);
+    PERFORM micromegas._mm_lock_catalog();
+    NEW.shipped := micromegas._mm_installing();
+    keep_given := micromegas._mm_loading(NEW.created_at);
+    IF NOT NEW.shipped AND keep_given AND EXISTS (
+         SELECT 1 FROM micromegas.lakehouse_view_set_definitions d
+          WHERE d.view_set_name = NEW.view_set_name AND d.shipped) THEN
+      -- A superuser loading a dumped row over one still exactly as shipped
+      -- (a restore: CREATE EXTENSION, then the dumped rows) updates it,
+      -- validated like any other, keeping the dumped timestamps and actor.
+      PERFORM micromegas._mm_intent_begin('load', NEW.view_set_name);
+      UPDATE micromegas.lakehouse_view_set_definitions d
+         SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+             count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+             update_group = NEW.update_group, view_options = NEW.view_options,
+             created_at = NEW.created_at, updated_at = NEW.updated_at, updated_by = NEW.updated_by,
+             load_status = coalesce(NEW.load_status, 'ok')
+       WHERE d.view_set_name = NEW.view_set_name;
+      PERFORM micromegas._mm_intent_end('load');
+      RETURN NULL;
+    END IF;
+  ELSE
+    PERFORM micromegas._mm_next_version();
+    keep_given := coalesce(intent IN ('recheck', 'load'), false);
+    -- Rows stay "as shipped" only through the extension's own scripts.
+    NEW.shipped := OLD.shipped AND micromegas._mm_installing();
+    IF intent IS NOT DISTINCT FROM 'recheck' AND NEW.load_status = 'failed'
+       AND (NEW.view_set_name, NEW.definition_sql, NEW.extract_query, NEW.count_src_query,
+            NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS NOT DISTINCT FROM
+           (OLD.view_set_name, OLD.definition_sql, OLD.extract_query, OLD.count_src_query,
+            OLD.merge_partitions_query, OLD.update_group, OLD.view_options) THEN
+      -- A re-check marks a definition whose source changed as failed to load
+      -- (its UPDATE sets only load_status and load_error), or gives one
+      -- already failed its new reason; its stored schema stays (planning it
+      -- again would store an empty one, and the moved schema would make its
+      -- own dependents refuse a change a re-check must never refuse).
+      NEW.sources_hash := NULL;
+      RETURN NEW;
+    END IF;
+    IF NEW.view_set_name IS DISTINCT FROM OLD.view_set_name THEN
+      RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
+        USING ERRCODE = 'feature_not_supported',
+              HINT = 'Create the view under the new name, then drop the old one.';
+    END IF;
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
+  END IF;
+
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(
+    NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+    NEW.update_group, NEW.view_options,
+    -- A dumped row that had failed to load is validated again: it loads if
+    -- it plans now, and is kept as failed with the fresh reason if its
+    -- queries still do not plan. Any other problem is refused as usual.
+    keep_given AND NEW.load_status = 'failed');
+
+  IF micromegas._mm_name_taken(p.view_set_name, p.or_replace, TG_OP = 'INSERT') THEN
+    -- CREATE OR REPLACE of an existing view: an UPDATE of its row. Its
+    -- trigger asks the same question again and gets the answer just
+    -- computed, from the backend's memory; it re-checks the dependents.
+    -- The history records it as a replace (the intent), not as a re-check.
+    PERFORM micromegas._mm_intent_begin('replace', p.view_set_name);
+    UPDATE micromegas.lakehouse_view_set_definitions d
+       SET definition_sql = NEW.definition_sql, extract_query = NEW.extract_query,
+           count_src_query = NEW.count_src_query, merge_partitions_query = NEW.merge_partitions_query,
+           update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
+     WHERE d.view_set_name = p.view_set_name;
+    PERFORM micromegas._mm_intent_end('replace');
+    -- mm_create_view reports the replace (a skipped INSERT returns no row).
+    PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+    RETURN NULL;
+  END IF;
+  IF TG_OP = 'INSERT' THEN
+    PERFORM micromegas._mm_next_version();
+  END IF;
+
+  NEW.view_set_name := p.view_set_name;
+  NEW.definition_sql := p.definition_sql;
+  NEW.extract_query := p.extract_query;
+  NEW.count_src_query := p.count_src_query;
+  NEW.merge_partitions_query := p.merge_partitions_query;
+  NEW.update_group := p.update_group;
+  NEW.view_options := p.view_options;
+  NEW.schema_ipc := p.schema_ipc;
+  NEW.schema_json := p.schema_json;
+  NEW.schema_hash := p.schema_hash;
+  NEW.reads := p.reads;
+  NEW.load_status := CASE WHEN p.load_error IS NULL THEN 'ok' ELSE 'failed' END;
+  NEW.load_error := p.load_error;
+  NEW.warnings := p.warnings;
+  NEW.sources_hash := p.sources_hash;
+  -- The author of this write hears of the obligations it misses; the
+  -- extension's own re-checks and loads, and pg_restore's rows, do not
+  -- raise them again.
+  IF NOT keep_given AND (intent IS NULL OR intent IN ('replace', 'restore')) THEN
+    PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  END IF;
+  -- The Postgres role that made the change: no setting can change it.
+  NEW.updated_by_role := session_user;
+  IF keep_given THEN
+    -- A dumped row keeps its timestamps and actor; a re-validation by the
+    -- extension changes no definition, so it keeps them too.
+    NEW.updated_at := coalesce(NEW.updated_at, clock_timestamp());
+    NEW.updated_by := coalesce(NEW.updated_by, micromegas._mm_actor());
+    NEW.created_at := coalesce(NEW.created_at, OLD.created_at, NEW.updated_at);
+  ELSE
+    NEW.updated_at := clock_timestamp();
+    NEW.updated_by := micromegas._mm_actor();
+    NEW.created_at := CASE WHEN TG_OP = 'INSERT' THEN NEW.updated_at ELSE OLD.created_at END;
+  END IF;
+  RETURN NEW;
+END
+$$;
+SELECT micromegas._mm_apply_privileges();

@@ -490,8 +490,8 @@ BEGIN
 END
 $$;
 
--- BEFORE INSERT OR UPDATE: lock, derive, validate — one call to
--- _mm_prepare_definition. Whatever path writes the row, it is checked
+-- BEFORE INSERT OR UPDATE: (plan ahead,) lock, derive, validate — one call
+-- to _mm_prepare_definition. Whatever path writes the row, it is checked
 -- exactly like mm_create_view; the schema, hash, reads, load status and
 -- audit columns are always derived, never taken from the writer. An INSERT
 -- of a view that exists is refused (42710), shipped or not, unless its
@@ -509,6 +509,12 @@ DECLARE
   p record;
 BEGIN
   IF TG_OP = 'INSERT' THEN
+    -- Planned before the lock (src/pg/api.rs, _mm_plan_ahead): a long
+    -- validation holds no other writer; the call below, under the lock,
+    -- plans again only if what the definition reads moved meanwhile.
+    PERFORM micromegas._mm_plan_ahead(NEW.view_set_name, NEW.definition_sql, NEW.extract_query,
+                                      NEW.count_src_query, NEW.merge_partitions_query,
+                                      NEW.update_group, NEW.view_options);
     PERFORM micromegas._mm_lock_catalog();
     NEW.shipped := micromegas._mm_installing();
     keep_given := micromegas._mm_loading(NEW.created_at);

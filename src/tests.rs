@@ -82,6 +82,83 @@ mod tests {
         crate::pg::api::validations_planned() > before
     }
 
+    /// A write plans its definition before it takes the catalog lock; under
+    /// the lock it takes that answer unless the catalog rows the definition
+    /// reads moved meanwhile, and then plans again against them. A refusal
+    /// found ahead is the write's refusal, not planned twice.
+    #[pg_test]
+    fn a_write_plans_ahead_of_the_lock_and_again_only_if_its_reads_moved() {
+        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
+        let upstream = |columns: &str| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW up_a WITH (extract_query = 'SELECT {columns} FROM log_entries', \
+                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = 4000, \
+                 time_column = 'time')"
+            )
+        };
+        let downstream = |filter: &str| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW down_a WITH (extract_query = 'SELECT * FROM up_a{filter}', \
+                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = 5000, \
+                 time_column = 'time')"
+            )
+        };
+        let ahead = |statement: &str| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT micromegas._mm_plan_ahead(NULL, $1, NULL, NULL, NULL, NULL, NULL)",
+                &[statement.into()],
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let planned = crate::pg::api::validations_planned;
+        let columns = || {
+            Spi::get_one::<String>(
+                "SELECT string_agg(f->>'name', ',' ORDER BY o) FROM micromegas.lakehouse_view_set_definitions d, \
+                 jsonb_array_elements(d.schema_json->'fields') WITH ORDINALITY AS x(f, o) \
+                 WHERE d.view_set_name = 'down_a'",
+            )
+            .unwrap()
+            .unwrap()
+        };
+        assert_eq!(create(&upstream("time, process_id")), "created");
+
+        // Nothing moved: planned once, ahead.
+        crate::pg::api::forget_validations();
+        let before = planned();
+        assert!(ahead(&downstream("")));
+        assert_eq!(planned(), before + 1);
+        assert_eq!(create(&downstream("")), "created");
+        assert_eq!(planned(), before + 1, "the write planned again");
+        assert_eq!(columns(), "time,process_id");
+
+        // What it reads moved between the two: planned again, against the
+        // upstream as it is now.
+        assert!(ahead(&downstream(" WHERE process_id IS NOT NULL")));
+        assert_eq!(create(&upstream("time, process_id, level")), "replaced");
+        let moved = planned();
+        assert_eq!(create(&downstream(" WHERE process_id IS NOT NULL")), "replaced");
+        assert_eq!(planned(), moved + 1, "the write took an answer planned before its reads moved");
+        assert_eq!(columns(), "time,process_id,level");
+
+        // A refusal found ahead is the write's, and planning is not repeated.
+        let refused = downstream("").replace("SELECT * FROM up_a", "SELECT nope FROM up_a");
+        assert!(!ahead(&refused));
+        let before = planned();
+        let message = PgTryBuilder::new(|| {
+            create(&refused);
+            None
+        })
+        .catch_others(|e| match e {
+            pg_sys::panic::CaughtError::PostgresError(report) => Some(report.message().to_string()),
+            other => panic!("unexpected error: {other:?}"),
+        })
+        .execute();
+        assert!(message.as_deref().unwrap_or("").contains("nope"), "{message:?}");
+        assert_eq!(planned(), before, "the refused definition was planned again");
+    }
+
     /// A CREATE OR REPLACE of what a view already stores, against the
     /// sources it was validated with, takes the stored derived columns; any
     /// change to the definition, to a source or to the plan-node limit

@@ -14,7 +14,7 @@ use super::helper::run_isolated;
 use micromegas_views_core::builtins::{builtins, LOG_STATS_SQL};
 use micromegas_views_core::options::{check_name, check_view_name, NameUse};
 use micromegas_views_core::prepare::{self, Derived, Prepared, RowInput, StoredValidation};
-use micromegas_views_core::{ddl, schema, CatalogRow, SourceKind, Statement};
+use micromegas_views_core::{ddl, schema, CatalogRow, ErrorKind, SourceKind, Statement};
 use pgrx::prelude::*;
 use pgrx::spi::OwnedPreparedStatement;
 use pgrx::{JsonB, PgOid};
@@ -223,6 +223,71 @@ fn derive(row: RowInput) -> micromegas_views_core::Result<Derived> {
     Ok(derived)
 }
 
+/// The statement a refusal was found in (its transaction's and its own
+/// start) and the limits it was found under.
+type Occasion = (i64, i64, std::time::Duration, usize);
+
+fn this_statement() -> Occasion {
+    // SAFETY: reads two timestamps of the backend's own transaction state.
+    let (transaction, statement) = unsafe {
+        (
+            pg_sys::GetCurrentTransactionStartTimestamp(),
+            pg_sys::GetCurrentStatementStartTimestamp(),
+        )
+    };
+    (
+        transaction,
+        statement,
+        settings::validation_timeout().0,
+        settings::validation_memory_bytes(),
+    )
+}
+
+/// A refusal found by planning ahead (`_mm_plan_ahead`), for the write of
+/// the same statement to take instead of planning again: an error about
+/// the definition, or a limit it reached (planning it again would reach it
+/// again, and the write would take twice its time limit). Only within that
+/// statement and under the same limits: a later one, or one with a raised
+/// limit, plans anew.
+struct Refusal {
+    statement: Occasion,
+    key: (Derived, Vec<CatalogRow>, usize),
+    keep_failed: bool,
+    error: micromegas_views_core::Error,
+}
+
+thread_local! {
+    static REFUSAL: RefCell<Option<Refusal>> = const { RefCell::new(None) };
+}
+
+fn refused(
+    key: &(Derived, Vec<CatalogRow>, usize),
+    keep_failed: bool,
+) -> Option<micromegas_views_core::Error> {
+    let statement = this_statement();
+    REFUSAL.with_borrow(|r| {
+        r.as_ref()
+            .filter(|r| r.statement == statement && &r.key == key && r.keep_failed == keep_failed)
+            .map(|r| r.error.clone())
+    })
+}
+
+fn remember_refusal(
+    key: (Derived, Vec<CatalogRow>, usize),
+    keep_failed: bool,
+    error: &micromegas_views_core::Error,
+) {
+    let kind = error.kind;
+    if kind.is_about_the_definition() || kind == ErrorKind::TimeLimit || kind == ErrorKind::MemoryLimit {
+        REFUSAL.set(Some(Refusal {
+            statement: this_statement(),
+            key,
+            keep_failed,
+            error: error.clone(),
+        }));
+    }
+}
+
 fn remembered(key: &(Derived, Vec<CatalogRow>, usize)) -> Option<Prepared> {
     MEMO.with_borrow(|memo| {
         memo.iter()
@@ -297,12 +362,16 @@ fn try_prepare_row(
                 prepared
             }
             None => {
+                if let Some(error) = refused(&key, keep_failed) {
+                    return Err(error);
+                }
                 let (derived, rows) = (key.0.clone(), key.1.clone());
                 PLANNED.set(PLANNED.get() + 1);
-                let prepared =
-                    run_isolated((derived, rows, keep_failed), |(derived, rows, keep_failed)| {
-                        prepare::prepare(&derived, &rows, keep_failed)
-                    })?;
+                let prepared = run_isolated(
+                    (derived, rows, keep_failed),
+                    |(derived, rows, keep_failed)| prepare::prepare(&derived, &rows, keep_failed),
+                )
+                .inspect_err(|e| remember_refusal(key.clone(), keep_failed, e))?;
                 if prepared.load_error.is_none() {
                     remember(key.clone(), prepared.clone());
                 }
@@ -483,6 +552,35 @@ mod micromegas {
             view_options: view_options.map(|j| j.0),
         };
         TableIterator::once(definition_columns(row, keep_failed))
+    }
+
+    /// Plans a definitions row ahead of its write, before the catalog lock
+    /// is taken: the answer is remembered under the catalog rows it read,
+    /// so the write's own call under the lock takes it from memory when
+    /// those rows have not moved, and plans again when they have. Whether
+    /// the row would be refused is the write's to say: this only answers
+    /// whether an answer is now remembered.
+    #[pg_extern(volatile, name = "_mm_plan_ahead")]
+    #[allow(clippy::too_many_arguments)]
+    fn plan_ahead(
+        view_set_name: Option<String>,
+        definition_sql: Option<String>,
+        extract_query: Option<String>,
+        count_src_query: Option<String>,
+        merge_partitions_query: Option<String>,
+        update_group: Option<i32>,
+        view_options: Option<JsonB>,
+    ) -> bool {
+        let row = RowInput {
+            view_set_name,
+            definition_sql,
+            extract_query,
+            count_src_query,
+            merge_partitions_query,
+            update_group,
+            view_options: view_options.map(|j| j.0),
+        };
+        try_prepare_row(row, false, &[]).is_ok()
     }
 
     /// `_mm_recheck_definition` as if the DDL view sets `names` had the
