@@ -78,6 +78,7 @@ async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
     match cli.command {
         Command::Plan { dir, prune } => {
             let mut plan = plan::make(&client, &dir, prune).await?;
+            plan.plan_ahead(&client).await;
             plan.dry_run(&mut client).await?;
             print!("{}", plan.render(color));
             Ok(if plan.has_problems() {
@@ -98,6 +99,7 @@ async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
                 println!("Nothing to apply.");
                 return Ok(ExitCode::SUCCESS);
             }
+            plan.plan_ahead(&client).await;
             let applied = plan.apply(&mut client, actor).await?;
             println!("Applied {applied} change(s) in one transaction.");
             Ok(ExitCode::SUCCESS)

@@ -192,6 +192,24 @@ impl Plan {
         steps
     }
 
+    /// Plans every create and replace before the transaction that writes
+    /// them takes the catalog lock, each by the read-only dry run
+    /// (`mm_explain_view`: no lock taken or waited for). The backend
+    /// remembers each answer under the catalog rows it read, so the writes
+    /// that follow take it from memory instead of planning while their
+    /// transaction holds the lock; only a step that reads a view an earlier
+    /// step writes is planned again there. Its outcome is the writes' to
+    /// report: nothing here is a problem.
+    pub async fn plan_ahead(&self, client: &Client) {
+        for (_, sql, statement) in self.steps() {
+            if sql.contains("mm_create_view") {
+                let _ = client
+                    .query("SELECT 1 FROM micromegas.mm_explain_view($1::text)", &[&statement])
+                    .await;
+            }
+        }
+    }
+
     /// The dry run of the whole plan: every step, in order, each seeing the
     /// ones before it, in a transaction that is rolled back. Each failing
     /// step is recorded as a problem (and undone, so the others still run).

@@ -500,3 +500,63 @@ fn colour_follows_the_terminal_and_the_actor_defaults_to_the_os_user() {
     );
     assert_eq!(apply(None), "micromegas-views");
 }
+
+/// `apply` plans every step before its transaction takes the catalog lock:
+/// while it validates a slow view that comes second (a 350-way join,
+/// seconds of planning), a service's registration under a 2 s lock_timeout
+/// goes through, and the slow view is then written from what was planned.
+#[test]
+fn apply_plans_its_steps_before_it_holds_the_catalog_lock() {
+    let dsn = database("mmv_cli_ahead");
+    let dir = workdir("ahead");
+    write(&dir, "quick", &view("quick", "log_entries", "time, process_id", 4000));
+    let joins = (1..350)
+        .map(|i| format!("JOIN log_entries e{i} ON e{i}.process_id = e0.process_id"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    write(
+        &dir,
+        "slow",
+        &format!(
+            "CREATE MATERIALIZED VIEW slow WITH (\n  extract_query = 'SELECT e0.time, e0.process_id FROM log_entries e0 {joins}',\n  \
+             count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''',\n  \
+             merge_partitions_query = 'SELECT * FROM {{source}}',\n  update_group = 5000,\n  time_column = 'time'\n);\n"
+        ),
+    );
+    let slow_dsn = format!("{dsn} options='-c micromegas_views.validation_timeout=60s'");
+    let mut apply = Command::new(env!("CARGO_BIN_EXE_micromegas-views"))
+        .args(["--dsn", &slow_dsn, "--actor", "ci-bot", "apply", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let registered = Command::new("psql")
+        .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", &dsn])
+        .args(["-c", "SET lock_timeout = '2s'"])
+        .args([
+            "-c",
+            "SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('during_apply', \
+             '{\"fields\": [{\"name\": \"time\", \"type\": \"Timestamp(ns, \\\"+00:00\\\")\"}]}', 500, 'raw')",
+        ])
+        .output()
+        .unwrap();
+    // The registration shows nothing unless the validation was still going.
+    let still_running = apply.try_wait().unwrap().is_none();
+    let out = apply.wait_with_output().unwrap();
+    assert!(
+        registered.status.success(),
+        "the registration waited for apply: {}",
+        String::from_utf8_lossy(&registered.stderr)
+    );
+    assert!(still_running, "apply ended before the registration: this test needs a slower view");
+    assert!(out.status.success(), "{}{}", stdout(&out), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        query(
+            &dsn,
+            "SELECT string_agg(view_set_name, ',' ORDER BY view_set_name) FROM micromegas.lakehouse_view_set_definitions \
+             WHERE view_set_name IN ('quick', 'slow')"
+        ),
+        "quick,slow"
+    );
+}

@@ -171,7 +171,7 @@ struct Memo {
     prepared: Prepared,
 }
 
-const MEMO_ENTRIES: usize = 8;
+const MEMO_ENTRIES: usize = 64;
 
 thread_local! {
     static MEMO: RefCell<VecDeque<Memo>> = const { RefCell::new(VecDeque::new()) };
