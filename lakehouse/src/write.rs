@@ -1,0 +1,382 @@
+//! The write path: one bucket of one view, decided and materialized as
+//! micromegas' daemon does (its `count_src_query` is the freshness check),
+//! written as one Parquet object, proven against the stored schema, then
+//! recorded with the extension's swap.
+
+use crate::catalog::{self, Partition, Queries, ViewSet, Written};
+use crate::lake::Lake;
+use crate::read::{self, CheckedFiles};
+use crate::{Error, Result};
+use chrono::{DateTime, TimeZone, Utc};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::compute::{cast, max, min};
+use datafusion::arrow::datatypes::{DataType, Int64Type, SchemaRef, TimeUnit, TimestampNanosecondType};
+use object_store::buffered::BufWriter;
+use object_store::ObjectStoreExt;
+use datafusion::parquet::arrow::AsyncArrowWriter;
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+use std::time::Instant;
+use tokio_postgres::Client;
+
+/// What was decided for a bucket, and what it wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Up to date, or a partition sticks out of the bucket: nothing written.
+    Skip(&'static str),
+    /// Written from the source (the extract query).
+    Create,
+    /// Several partitions whose counts match, merged into one.
+    Merge,
+}
+
+#[derive(Debug, Clone)]
+pub struct BucketReport {
+    pub view: String,
+    pub begin: DateTime<Utc>,
+    pub end: DateTime<Utc>,
+    pub decision: Decision,
+    pub source_count: i64,
+    pub rows: i64,
+    pub bytes: i64,
+    pub seconds: f64,
+}
+
+impl std::fmt::Display for BucketReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let decision = match &self.decision {
+            Decision::Skip(why) => format!("skip ({why})"),
+            Decision::Create => "create from source".into(),
+            Decision::Merge => "merge".into(),
+        };
+        write!(
+            f,
+            "view={} range=[{}, {}) decision={} source_count={} rows={} bytes={} seconds={:.3}",
+            self.view,
+            self.begin.to_rfc3339(),
+            self.end.to_rfc3339(),
+            decision,
+            self.source_count,
+            self.rows,
+            self.bytes,
+            self.seconds
+        )
+    }
+}
+
+/// Whether a bucket is checked for freshness (materialize, refresh) or
+/// written from the source whatever it holds (regenerate).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    IfStale,
+    Always,
+}
+
+/// `{begin}` and `{end}` as micromegas substitutes them: RFC 3339.
+pub fn substitute(query: &str, begin: DateTime<Utc>, end: DateTime<Utc>) -> String {
+    query
+        .replace("{begin}", &begin.to_rfc3339())
+        .replace("{end}", &end.to_rfc3339())
+}
+
+async fn count(ctx: &SessionContext, view: &str, sql: &str) -> Result<i64> {
+    let batches = ctx
+        .sql(sql)
+        .await
+        .map_err(|e| Error::msg(format!("\"{view}\" count_src_query: {e}")))?
+        .collect()
+        .await
+        .map_err(|e| Error::msg(format!("\"{view}\" count_src_query: {e}")))?;
+    for batch in batches {
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        let column = batch.column_by_name("count").ok_or_else(|| {
+            Error::msg(format!("\"{view}\" count_src_query returns no column \"count\""))
+        })?;
+        let column = cast(column, &DataType::Int64)?;
+        let values = column.as_primitive::<Int64Type>();
+        return Ok(if values.is_null(0) { 0 } else { values.value(0) });
+    }
+    Ok(0)
+}
+
+/// micromegas' decision over the partitions of the current schema hash
+/// that overlap the bucket.
+fn decide(existing: &[Partition], begin: DateTime<Utc>, end: DateTime<Utc>, source: i64) -> Decision {
+    if existing.is_empty() {
+        return Decision::Create;
+    }
+    if existing.iter().any(|p| p.begin < begin || p.end > end) {
+        return Decision::Skip("a partition sticks out of the bucket");
+    }
+    if existing.iter().any(|p| p.source_count.is_none()) {
+        return Decision::Create;
+    }
+    let sum: i64 = existing.iter().map(|p| p.source_count.unwrap_or(0)).sum();
+    if sum != source {
+        return Decision::Create;
+    }
+    if existing.len() > 1 {
+        return Decision::Merge;
+    }
+    Decision::Skip("up to date")
+}
+
+/// Materializes one bucket of `view` (a DDL view set); `sets` is the
+/// catalog, read again by the caller between update groups.
+#[allow(clippy::too_many_arguments)]
+pub async fn materialize_bucket(
+    lake: &Lake,
+    client: &Client,
+    sets: &[ViewSet],
+    view: &ViewSet,
+    begin: DateTime<Utc>,
+    end: DateTime<Utc>,
+    mode: Mode,
+    checked: &CheckedFiles,
+) -> Result<BucketReport> {
+    let started = Instant::now();
+    let q = view
+        .queries
+        .as_ref()
+        .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
+    let ctx = read::session(lake, client, sets, Some((begin, end)), Some(&view.name), checked).await?;
+    let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
+    let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
+    let decision = match mode {
+        Mode::Always => Decision::Create,
+        Mode::IfStale => decide(&existing, begin, end, source_count),
+    };
+    let report = |rows, bytes| BucketReport {
+        view: view.name.clone(),
+        begin,
+        end,
+        decision: decision.clone(),
+        source_count,
+        rows,
+        bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    let sql = match decision {
+        Decision::Skip(_) => return Ok(report(0, 0)),
+        Decision::Create => substitute(&q.extract, begin, end),
+        Decision::Merge => {
+            let files: Vec<String> = existing
+                .iter()
+                .filter(|p| p.num_rows > 0)
+                .filter_map(|p| p.file_path.clone())
+                .collect();
+            let table = format!("__{}__merged", view.name);
+            read::register_files(&ctx, lake, &table, view.schema.clone(), &files)?;
+            q.merge.replace("{source}", &format!("\"{table}\""))
+        }
+    };
+    let sql = match &q.merge_sort_order {
+        Some(columns) => format!(
+            "SELECT * FROM ({sql}) ORDER BY {}",
+            columns.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ")
+        ),
+        None => sql,
+    };
+    let written = write(lake, &ctx, view, q, &sql, begin, end).await?;
+    catalog::record(client, &view.name, begin, end, &view.schema_hash, source_count, &written).await?;
+    Ok(report(written.num_rows, written.file_size))
+}
+
+/// Runs `sql` and streams its rows into one new Parquet object, checking
+/// the stored schema first (names, types, order) and every batch for a null
+/// in a column stored non-null. On any failure the upload is abandoned:
+/// nothing is left to record.
+async fn write(
+    lake: &Lake,
+    ctx: &SessionContext,
+    view: &ViewSet,
+    q: &Queries,
+    sql: &str,
+    begin: DateTime<Utc>,
+    end: DateTime<Utc>,
+) -> Result<Written> {
+    let df = ctx
+        .sql(sql)
+        .await
+        .map_err(|e| Error::msg(format!("\"{}\": {e}", view.name)))?;
+    let mut stream = df
+        .execute_stream()
+        .await
+        .map_err(|e| Error::msg(format!("\"{}\": {e}", view.name)))?;
+    let stored = view.schema.clone();
+    prove_schema(&view.name, &stored, &stream.schema())?;
+    let relative = Lake::partition_path(&view.name, &view.schema_hash, begin, end);
+    let mut writer: Option<AsyncArrowWriter<BufWriter>> = None;
+    let mut rows = 0i64;
+    let (mut lo, mut hi): (Option<i64>, Option<i64>) = (None, None);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(|e| Error::msg(format!("\"{}\": {e}", view.name)))?;
+        if batch.num_rows() == 0 {
+            continue;
+        }
+        prove_non_null(&view.name, &stored, &batch)?;
+        // The produced batch in the stored schema (equal but for the
+        // nullability the planner claimed).
+        let batch = RecordBatch::try_new(stored.clone(), batch.columns().to_vec())?;
+        if let Some(t) = time_bound(&batch, &q.min_time_column, true)? {
+            lo = Some(lo.map_or(t, |l| l.min(t)));
+        }
+        if let Some(t) = time_bound(&batch, &q.max_time_column, false)? {
+            hi = Some(hi.map_or(t, |h| h.max(t)));
+        }
+        rows += batch.num_rows() as i64;
+        if writer.is_none() {
+            let object = BufWriter::new(lake.store(), lake.path(&relative));
+            writer = Some(AsyncArrowWriter::try_new(object, stored.clone(), None)?);
+        }
+        writer.as_mut().expect("a writer").write(&batch).await?;
+    }
+    let Some(writer) = writer else {
+        // An empty result: a partition without a file.
+        return Ok(Written {
+            file_path: None,
+            file_size: 0,
+            min_event_time: None,
+            max_event_time: None,
+            num_rows: 0,
+            sort_order: None,
+        });
+    };
+    let metadata = writer.close().await?;
+    let _ = metadata;
+    let size = lake
+        .store()
+        .head(&lake.path(&relative))
+        .await
+        .map_err(|e| Error::msg(format!("{relative}: {e}")))?
+        .size as i64;
+    let nanos = |n: i64| Utc.timestamp_nanos(n);
+    Ok(Written {
+        file_path: Some(relative),
+        file_size: size,
+        min_event_time: lo.map(nanos),
+        max_event_time: hi.map(nanos),
+        num_rows: rows,
+        sort_order: q.merge_sort_order.clone(),
+    })
+}
+
+/// The produced schema is the stored one: the same column names, types and
+/// order. A mismatch names the view, the column, both types.
+pub fn prove_schema(view: &str, stored: &SchemaRef, produced: &SchemaRef) -> Result<()> {
+    for (i, field) in stored.fields().iter().enumerate() {
+        let Some(got) = produced.fields().get(i) else {
+            return Err(Error::schema(format!(
+                "\"{view}\": the stored schema has column \"{}\" ({}) at position {}, the query produced only {} columns",
+                field.name(),
+                field.data_type(),
+                i + 1,
+                produced.fields().len()
+            )));
+        };
+        if got.name() != field.name() {
+            return Err(Error::schema(format!(
+                "\"{view}\": column {} is \"{}\" in the stored schema, the query produced \"{}\"",
+                i + 1,
+                field.name(),
+                got.name()
+            )));
+        }
+        if got.data_type() != field.data_type() {
+            return Err(Error::schema(format!(
+                "\"{view}\": column \"{}\" is stored as {}, the query produced {}",
+                field.name(),
+                field.data_type(),
+                got.data_type()
+            )));
+        }
+    }
+    if produced.fields().len() > stored.fields().len() {
+        let extra = &produced.fields()[stored.fields().len()];
+        return Err(Error::schema(format!(
+            "\"{view}\": the query produced column \"{}\" ({}), which the stored schema does not have",
+            extra.name(),
+            extra.data_type()
+        )));
+    }
+    Ok(())
+}
+
+fn prove_non_null(view: &str, stored: &SchemaRef, batch: &RecordBatch) -> Result<()> {
+    for (field, column) in stored.fields().iter().zip(batch.columns()) {
+        if !field.is_nullable() && column.null_count() > 0 {
+            return Err(Error::schema(format!(
+                "\"{view}\": column \"{}\" is stored NOT NULL ({}), the query produced {} null(s)",
+                field.name(),
+                field.data_type(),
+                column.null_count()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The least (or greatest) value of a time column of `batch`, in
+/// nanoseconds since the epoch.
+fn time_bound(batch: &RecordBatch, column: &str, least: bool) -> Result<Option<i64>> {
+    let Some(array) = batch.column_by_name(column) else {
+        return Ok(None);
+    };
+    let as_nanos = cast(array, &DataType::Timestamp(TimeUnit::Nanosecond, None))?;
+    let values = as_nanos.as_primitive::<TimestampNanosecondType>();
+    Ok(if least { min(values) } else { max(values) })
+}
+
+/// The buckets of width `delta` seconds that tile `[begin, end)`, aligned
+/// to multiples of the delta since the epoch (a partial bucket at either
+/// end is left out).
+pub fn buckets(begin: DateTime<Utc>, end: DateTime<Utc>, delta: i64) -> Vec<(DateTime<Utc>, DateTime<Utc>)> {
+    let mut out = Vec::new();
+    let first = begin.timestamp().div_euclid(delta) * delta
+        + if begin.timestamp().rem_euclid(delta) == 0 && begin.timestamp_subsec_nanos() == 0 { 0 } else { delta };
+    let mut t = first;
+    while t + delta <= end.timestamp() {
+        out.push((
+            Utc.timestamp_opt(t, 0).single().expect("a time"),
+            Utc.timestamp_opt(t + delta, 0).single().expect("a time"),
+        ));
+        t += delta;
+    }
+    out
+}
+
+/// Materializes `view` over `[begin, end)`: its source-delta buckets, then,
+/// when its merge delta is wider, the merge-delta buckets (which merge the
+/// source partitions whose counts still match).
+pub async fn materialize_range(
+    lake: &Lake,
+    client: &Client,
+    sets: &[ViewSet],
+    view: &ViewSet,
+    begin: DateTime<Utc>,
+    end: DateTime<Utc>,
+    mode: Mode,
+    checked: &CheckedFiles,
+    mut each: impl FnMut(&BucketReport),
+) -> Result<Vec<BucketReport>> {
+    let q = view
+        .queries
+        .as_ref()
+        .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
+    let mut reports = Vec::new();
+    let mut deltas = vec![q.source_delta_seconds];
+    if q.merge_delta_seconds > q.source_delta_seconds {
+        deltas.push(q.merge_delta_seconds);
+    }
+    for (i, delta) in deltas.into_iter().enumerate() {
+        let mode = if i == 0 { mode } else { Mode::IfStale };
+        for (b, e) in buckets(begin, end, delta) {
+            let r = materialize_bucket(lake, client, sets, view, b, e, mode, checked).await?;
+            each(&r);
+            reports.push(r);
+        }
+    }
+    Ok(reports)
+}
