@@ -8,9 +8,10 @@
 # reader's worst input (memory, time, the catalog lock), the extension
 # upgrade test, a check that no backend died, a SIGKILL crash test, and a
 # hot standby (readers, refused writes, the client, a promotion), TLS to a
-# TLS-only cluster, and the Lance spec's generated Python client; then a
-# pg_upgrade of a populated catalog (16 -> 18). One summary line per version
-# and one for pg_upgrade. This is the README's test command and what .ci/run
+# TLS-only cluster, and the Lance spec's generated Python client; then the
+# maintenance daemon over a sample lake (once, on the first version), and a
+# pg_upgrade of a populated catalog (16 -> 18). One summary line per version,
+# one for the daemon and one for pg_upgrade. This is the README's test command and what .ci/run
 # calls. MMV_TEST_PG="15 18" (any of 15 16 17 18) limits the versions.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -19,9 +20,9 @@ root="$(cd "$here/.." && pwd)"
 source "$here/env.sh"
 cd "$root"
 
-echo "== core unit tests (cargo test)"
+echo "== core and lakehouse unit tests (cargo test)"
 unit=0
-cargo test -p micromegas_views_core || unit=1
+cargo test -p micromegas_views_core -p micromegas_views_lakehouse || unit=1
 
 # Every suite against one PostgreSQL version; prints how many failed.
 suites() {
@@ -111,6 +112,20 @@ for v in $versions; do
   fi
 done
 
+# The services' suites run once, against the first version given (their
+# PostgreSQL side is the extension's, which the suites above cover on every
+# version).
+services_pg="${versions%% *}"
+echo "== [PostgreSQL $services_pg] the maintenance daemon over a sample lake (scripts/lakehouse_test.sh)"
+if (
+  export MMV_PG="$services_pg"
+  unset PG_CONFIG PG_BIN PGXS_DIR MMV_PORT
+  source "$here/env.sh"
+  "$here/cluster.sh" start
+  trap '"$here/cluster.sh" stop' EXIT
+  "$here/lakehouse_test.sh"
+); then lakehouse=passed; else lakehouse=failed; fi
+
 # pg_upgrade between two of the versions just built and installed (15's
 # Debian build cannot be the old side: see "pg_upgrade" in docs/operations.md).
 upgrade=skipped
@@ -128,4 +143,6 @@ for v in $versions; do
 done
 echo "pg_upgrade 16 -> 18: $upgrade"
 [ "$upgrade" != failed ] || status=1
+echo "maintenance daemon over a sample lake (PostgreSQL $services_pg): $lakehouse"
+[ "$lakehouse" = passed ] || status=1
 exit $status

@@ -166,7 +166,7 @@ async fn check_source_file(
     schema: &SchemaRef,
     object: &ObjectMeta,
 ) -> Result<()> {
-    let path = &object.location;
+    let path = lake.object_url(&object.location);
     let found = ParquetFormat::default()
         .with_force_view_types(false)
         .infer_schema(&ctx.state(), &lake.store(), std::slice::from_ref(object))
@@ -195,13 +195,19 @@ async fn check_source_file(
     Ok(())
 }
 
-/// Types equal, a timestamp's zone spelled `+00:00` or `UTC` alike.
+/// Types equal, a timestamp's zone spelled `+00:00` or `UTC` alike, and
+/// nested fields' names aside (Parquet writers name a list's item
+/// `element` or `item`).
 fn same_type(a: &DataType, b: &DataType) -> bool {
     match (a, b) {
         (DataType::Timestamp(u1, z1), DataType::Timestamp(u2, z2)) => {
-            let utc = |z: &Option<Arc<str>>| z.as_deref().map(|z| if z == "UTC" { "+00:00" } else { z }).map(str::to_string);
+            let utc = |z: &Option<Arc<str>>| {
+                z.as_deref()
+                    .map(|z| if z == "UTC" { "+00:00" } else { z })
+                    .map(str::to_string)
+            };
             u1 == u2 && utc(z1) == utc(z2)
         }
-        _ => a == b,
+        _ => a.equals_datatype(b),
     }
 }

@@ -99,6 +99,8 @@ fn generate(o: &SampleOptions) -> BTreeMap<&'static str, Vec<Row>> {
         let username = format!("svc-{}", exe.split('-').next().unwrap_or("x"));
         let audience = audiences[rng.below(audiences.len() as u64) as usize].to_string();
         let start = o.begin - Duration::minutes(rng.below(120) as i64 + 1);
+        // Recorded when the day's first blocks arrive.
+        let registered = o.begin + Duration::seconds(1 + p as i64);
         let process = Row::default()
             .set("process_id", Value::Text(process_id.clone()))
             .set("exe", Value::Text(exe.clone()))
@@ -110,9 +112,9 @@ fn generate(o: &SampleOptions) -> BTreeMap<&'static str, Vec<Row>> {
             .set("tsc_frequency", Value::Int(2_400_000_000))
             .set("start_time", Value::Time(nanos(start)))
             .set("start_ticks", Value::Int(0))
-            .set("insert_time", Value::Time(nanos(start + Duration::seconds(1))))
+            .set("insert_time", Value::Time(nanos(registered)))
             .set("parent_process_id", Value::Text(String::new()))
-            .set("last_update_time", Value::Time(nanos(start + Duration::seconds(1))))
+            .set("last_update_time", Value::Time(nanos(registered)))
             .set("last_block_end_ticks", Value::Int(0))
             .set("last_block_end_time", Value::Time(nanos(start)));
         out.entry("processes").or_default().push(process);
@@ -123,9 +125,9 @@ fn generate(o: &SampleOptions) -> BTreeMap<&'static str, Vec<Row>> {
                     .set("stream_id", Value::Text(stream_id.clone()))
                     .set("process_id", Value::Text(process_id.clone()))
                     .set("tags", Value::List(vec![tag.to_string()]))
-                    .set("insert_time", Value::Time(nanos(start + Duration::seconds(1))))
-                    .set("format", Value::Text("sample".into()))
-                    .set("last_update_time", Value::Time(nanos(start + Duration::seconds(1)))),
+                    .set("insert_time", Value::Time(nanos(registered)))
+                    .set("format", Value::Text(format!("{kind}-v1")))
+                    .set("last_update_time", Value::Time(nanos(registered))),
             );
             // One block a minute, each carrying about `rate` objects.
             let mut t = o.begin;
@@ -195,8 +197,8 @@ fn generate(o: &SampleOptions) -> BTreeMap<&'static str, Vec<Row>> {
                         .set("payload_size", Value::Int(n * 64))
                         .set("insert_time", Value::Time(nanos(insert)))
                         .set("streams.tags", Value::List(vec![tag.to_string()]))
-                        .set("streams.insert_time", Value::Time(nanos(start + Duration::seconds(1))))
-                        .set("streams.format", Value::Text("sample".into()))
+                        .set("streams.insert_time", Value::Time(nanos(registered)))
+                        .set("streams.format", Value::Text(format!("{kind}-v1")))
                         .set("processes.start_time", Value::Time(nanos(start)))
                         .set("processes.tsc_frequency", Value::Int(2_400_000_000))
                         .set("processes.exe", Value::Text(exe.clone()))
@@ -205,7 +207,7 @@ fn generate(o: &SampleOptions) -> BTreeMap<&'static str, Vec<Row>> {
                         .set("processes.computer", Value::Text(computer.clone()))
                         .set("processes.distro", Value::Text("Debian 12".into()))
                         .set("processes.cpu_brand", Value::Text("Sample CPU".into()))
-                        .set("processes.insert_time", Value::Time(nanos(start + Duration::seconds(1))))
+                        .set("processes.insert_time", Value::Time(nanos(registered)))
                         .set("processes.parent_process_id", Value::Text(String::new())),
                 );
                 t = block_end;

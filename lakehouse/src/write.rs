@@ -380,3 +380,90 @@ pub async fn materialize_range(
     }
     Ok(reports)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
+
+    fn t(h: u32) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 12, 1, h, 0, 0).unwrap()
+    }
+
+    fn part(b: u32, e: u32, count: Option<i64>) -> Partition {
+        Partition {
+            begin: t(b),
+            end: t(e),
+            file_path: Some("x".into()),
+            file_size: 1,
+            source_count: count,
+            num_rows: 1,
+            sort_order: None,
+        }
+    }
+
+    #[test]
+    fn buckets_tile_the_range_on_multiples_of_the_delta() {
+        let b = buckets(t(0), t(3), 3600);
+        assert_eq!(b, vec![(t(0), t(1)), (t(1), t(2)), (t(2), t(3))]);
+        // A range that starts mid-bucket skips the partial bucket.
+        let b = buckets(t(0) + chrono::Duration::minutes(30), t(3), 3600);
+        assert_eq!(b, vec![(t(1), t(2)), (t(2), t(3))]);
+        assert!(buckets(t(0), t(0) + chrono::Duration::minutes(59), 3600).is_empty());
+        assert_eq!(buckets(t(0), Utc.with_ymd_and_hms(2026, 12, 2, 0, 0, 0).unwrap(), 86400).len(), 1);
+    }
+
+    #[test]
+    fn the_decision_is_micromegas_daemons() {
+        assert_eq!(decide(&[], t(0), t(1), 5), Decision::Create);
+        assert_eq!(decide(&[part(0, 2, Some(5))], t(0), t(1), 5), Decision::Skip("a partition sticks out of the bucket"));
+        assert_eq!(decide(&[part(0, 1, None)], t(0), t(1), 5), Decision::Create);
+        assert_eq!(decide(&[part(0, 1, Some(4))], t(0), t(1), 5), Decision::Create);
+        assert_eq!(decide(&[part(0, 1, Some(5))], t(0), t(1), 5), Decision::Skip("up to date"));
+        assert_eq!(decide(&[part(0, 1, Some(2)), part(1, 2, Some(3))], t(0), t(2), 5), Decision::Merge);
+        assert_eq!(decide(&[part(0, 1, Some(2)), part(1, 2, Some(2))], t(0), t(2), 5), Decision::Create);
+    }
+
+    #[test]
+    fn a_produced_schema_other_than_the_stored_one_is_named() {
+        let stored = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, false),
+            Field::new("k", DataType::Utf8, true),
+        ]));
+        let e = prove_schema("v", &stored, &Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int32, false),
+            Field::new("k", DataType::Utf8, true),
+        ])))
+        .unwrap_err();
+        assert!(e.schema_mismatch);
+        assert_eq!(e.message, "\"v\": column \"n\" is stored as Int64, the query produced Int32");
+        let e = prove_schema("v", &stored, &Arc::new(Schema::new(vec![
+            Field::new("k", DataType::Utf8, true),
+            Field::new("n", DataType::Int64, false),
+        ])))
+        .unwrap_err();
+        assert_eq!(e.message, "\"v\": column 1 is \"n\" in the stored schema, the query produced \"k\"");
+        let e = prove_schema("v", &stored, &Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)])))
+            .unwrap_err();
+        assert!(e.message.contains("column \"k\""), "{}", e.message);
+        // Nullability as planned is not compared; a null in a NOT NULL
+        // column is, value by value.
+        let produced = Arc::new(Schema::new(vec![
+            Field::new("n", DataType::Int64, true),
+            Field::new("k", DataType::Utf8, true),
+        ]));
+        prove_schema("v", &stored, &produced).unwrap();
+        let batch = RecordBatch::try_new(
+            produced,
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+                Arc::new(datafusion::arrow::array::StringArray::from(vec![Some("a"), None])),
+            ],
+        )
+        .unwrap();
+        let e = prove_non_null("v", &stored, &batch).unwrap_err();
+        assert_eq!(e.message, "\"v\": column \"n\" is stored NOT NULL (Int64), the query produced 1 null(s)");
+    }
+}

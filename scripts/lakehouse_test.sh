@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The catalog meets data, on the running cluster: a sample lake (one day),
+# the shipped log_stats and five views over the other sources and over a
+# view, materialized by micromegas-views-daemon; then
+#  - every view's rows, as `query` answers them from the partitions, equal
+#    exactly DuckDB's aggregation straight from the source Parquet files
+#    (scripts/lake/oracle.py; DuckDB shares no code with the daemon);
+#  - log_stats' files are sorted by its merge_sort_order, which its
+#    partitions record;
+#  - a second materialization of the day writes nothing;
+#  - rows appended late to a source (a new metrics block, written by
+#    pyarrow) make exactly the buckets they fall in stale, and only those
+#    are rewritten;
+#  - a REPLACE that changes a view's schema leaves its old partitions
+#    unread, list_incompatible_partitions names them and
+#    retire_incompatible_partitions retires them (their files queued);
+#  - a refresh job run by `run --once` over a source file whose column type
+#    differs from the catalog's fails, not retryable, naming the file and
+#    the column, and records nothing.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/env.sh"
+root="$(cd "$here/.." && pwd)"
+status=0
+fail() { echo "lakehouse: $*"; status=1; }
+
+venv="$MMV_STATE/venv-lake"
+if ! "$venv/bin/python" -c "import duckdb, pyarrow" 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "duckdb==2.0.1" "pyarrow==26.0.1"
+fi
+py="$venv/bin/python"
+
+(cd "$root" && cargo build --quiet -p micromegas_views_daemon)
+daemon="$CARGO_TARGET_DIR/debug/micromegas-views-daemon"
+
+db=mmv_lakehouse
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+psql -X -q -d "$db" -c "$MMV_INSTALL_SQL"
+dsn="host=$PGHOST port=$PGPORT user=postgres dbname=$db"
+q() { psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+lake="$MMV_RUN/lake"
+rm -rf "$lake"
+begin=2026-12-01T00:00:00Z
+end=2026-12-02T00:00:00Z
+views="log_stats measures_hourly blocks_per_process processes_seen streams_by_format log_levels_daily"
+
+"$daemon" sample --lake "file://$lake" --begin "$begin" --end "$end" --processes 4 --rate 8 --seed 7
+q -f "$root/scripts/lake/views.sql" >/dev/null
+
+materialize() {
+  "$daemon" materialize --lake "file://$lake" --dsn "$dsn" --begin "$begin" --end "$end" 2>"$1"
+}
+partitions() {
+  q -c "SELECT view_set_name, begin_insert_time, coalesce(file_path, '-'), updated
+          FROM micromegas.lakehouse_partitions ORDER BY 1, 2"
+}
+
+materialize "$MMV_RUN/lake-first.log" || fail "the first materialization: $(tail -5 "$MMV_RUN/lake-first.log")"
+echo "lakehouse: first materialization: $(grep -c 'decision=create' "$MMV_RUN/lake-first.log") buckets created, $(q -c "SELECT count(*) FROM micromegas.lakehouse_partitions") partitions"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "$lake" "$dsn" "$begin" "$end" $views || status=1
+
+# log_stats' partition records its sort order, and its file is sorted by it.
+log_stats_file=$(q -c "SELECT file_path FROM micromegas.lakehouse_partitions
+                        WHERE view_set_name = 'log_stats' AND sort_order = '{time_bin,process_id,level,target}'")
+[ -n "$log_stats_file" ] || fail "log_stats' partition does not record its sort order"
+"$py" - "$lake/$log_stats_file" <<'PY' || fail "log_stats' file is not sorted by its merge_sort_order"
+import sys, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1]).to_pydict()
+keys = list(zip(t["time_bin"], t["process_id"], t["level"], t["target"]))
+assert keys == sorted(keys) and len(keys) > 100, len(keys)
+print(f"lakehouse: log_stats' file: {len(keys)} rows sorted by (time_bin, process_id, level, target)")
+PY
+
+# A second materialization of the same day writes nothing.
+before=$(partitions)
+materialize "$MMV_RUN/lake-second.log" || fail "the second materialization: $(tail -5 "$MMV_RUN/lake-second.log")"
+[ "$(partitions)" = "$before" ] || fail "the second materialization changed partitions"
+created=$(awk '/decision=(create|merge)/ { n++ } END { print n + 0 }' "$MMV_RUN/lake-second.log")
+[ "$created" = 0 ] || fail "the second materialization wrote $created buckets"
+echo "lakehouse: second materialization: nothing written ($(grep -c 'decision=skip' "$MMV_RUN/lake-second.log") buckets up to date)"
+
+# Rows appended late: a metrics block of three measures inserted at 05:30.
+"$py" - "$lake" <<'PY'
+import datetime, glob, os, sys, pyarrow as pa, pyarrow.parquet as pq, pyarrow.compute as pc
+lake = sys.argv[1]
+os.makedirs(f"{lake}/sources/measures/late", exist_ok=True)
+os.makedirs(f"{lake}/sources/blocks/late", exist_ok=True)
+late = pa.scalar(datetime.datetime(2026, 12, 1, 5, 30, tzinfo=datetime.timezone.utc), pa.timestamp("ns", tz="+00:00"))
+m = pq.read_table(sorted(glob.glob(f"{lake}/sources/measures/**/*.parquet", recursive=True))[0]).slice(0, 3)
+block = "late-block-0000"
+m = m.set_column(m.schema.get_field_index("insert_time"), m.schema.field("insert_time"),
+                 pa.array([late.value] * 3, pa.timestamp("ns", tz="+00:00")))
+m = m.set_column(m.schema.get_field_index("block_id"), m.schema.field("block_id"),
+                 pa.array([block] * 3).dictionary_encode().cast(m.schema.field("block_id").type))
+b = pq.read_table(sorted(glob.glob(f"{lake}/sources/blocks/**/*.parquet", recursive=True))[0])
+b = b.filter(pc.equal(b["stream_id"], m["stream_id"][0].as_py())).slice(0, 1)
+assert b.num_rows == 1
+b = b.set_column(b.schema.get_field_index("insert_time"), b.schema.field("insert_time"),
+                 pa.array([late.value], pa.timestamp("ns", tz="+00:00")))
+b = b.set_column(b.schema.get_field_index("block_id"), b.schema.field("block_id"), pa.array([block]))
+b = b.set_column(b.schema.get_field_index("nb_objects"), b.schema.field("nb_objects"), pa.array([3], pa.int32()))
+pq.write_table(m, f"{lake}/sources/measures/late/measures-late.parquet")
+pq.write_table(b, f"{lake}/sources/blocks/late/blocks-late.parquet")
+PY
+before=$(partitions)
+materialize "$MMV_RUN/lake-late.log" || fail "the materialization after late rows: $(tail -5 "$MMV_RUN/lake-late.log")"
+after=$(partitions)
+# The (view, bucket) rows whose file is new: comm lists what only "after" has.
+rewritten=$(comm -13 <(echo "$before" | cut -d'|' -f1-3 | sort) <(echo "$after" | cut -d'|' -f1-3 | sort) \
+            | cut -d'|' -f1-2 | tr '\n' ';')
+want="blocks_per_process|2026-12-01 00:00:00+00;measures_hourly|2026-12-01 05:00:00+00;processes_seen|2026-12-01 00:00:00+00;streams_by_format|2026-12-01 00:00:00+00;"
+[ "$rewritten" = "$want" ] || fail "late rows rewrote [$rewritten], expected [$want] (the buckets whose count query counts the new block)"
+[ "$rewritten" = "$want" ] && echo "lakehouse: late rows at 05:30: rewritten exactly $(echo "$rewritten" | tr ';' ' ')"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "$lake" "$dsn" "$begin" "$end" measures_hourly blocks_per_process || status=1
+
+# A REPLACE that changes the schema: old partitions unread, then retired.
+q -c "SELECT status FROM micromegas.mm_create_view(\$\$
+CREATE OR REPLACE MATERIALIZED VIEW measures_hourly WITH (
+  extract_query = 'SELECT date_bin(''1 hour'', time) AS hour, process_id, name, unit, count(*) AS n,
+                          min(value) AS lo, max(value) AS hi, max(time) AS last_time
+                     FROM measures WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''
+                    GROUP BY 1, process_id, name, unit',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks
+                      WHERE array_has(\"streams.tags\", ''metrics'')
+                        AND insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT hour, process_id, name, unit, sum(n) AS n, min(lo) AS lo, max(hi) AS hi,
+                                   max(last_time) AS last_time
+                              FROM {source} GROUP BY hour, process_id, name, unit',
+  update_group = 3100, time_column = 'hour',
+  source_partition_delta = '1 hour', merge_partition_delta = '1 hour')\$\$)" >/dev/null
+rows=$("$daemon" query --lake "file://$lake" --dsn "$dsn" "SELECT count(*) AS n FROM measures_hourly" | tail -1)
+[ "$rows" = 0 ] || fail "after the REPLACE, measures_hourly still reads $rows rows of the old schema"
+old=$(q -c "SELECT count(*) FROM micromegas.list_incompatible_partitions('measures_hourly')")
+[ "$old" = 24 ] || fail "list_incompatible_partitions names $old partitions of measures_hourly, not 24"
+retired=$(q -c "SELECT partitions_retired FROM micromegas.retire_incompatible_partitions('measures_hourly')")
+[ "$retired" = 24 ] || fail "retire_incompatible_partitions retired $retired, not 24"
+queued=$(q -c "SELECT count(*) FROM micromegas.temporary_files WHERE file_path LIKE 'views/measures_hourly/%'")
+[ "$queued" -ge 24 ] || fail "the retired files are not queued for deletion ($queued)"
+materialize "$MMV_RUN/lake-replaced.log" || fail "the materialization after the REPLACE: $(tail -5 "$MMV_RUN/lake-replaced.log")"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "$lake" "$dsn" "$begin" "$end" measures_hourly:measures_hourly_v2 || status=1
+echo "lakehouse: a REPLACE changing the schema: old partitions unread, 24 named incompatible and retired, the day written again"
+
+# A source file whose column type differs from the catalog's: the refresh
+# job fails, not retryable, naming the file and the column.
+"$py" - "$lake" <<'PY'
+import glob, os, sys, pyarrow as pa, pyarrow.parquet as pq
+lake = sys.argv[1]
+os.makedirs(f"{lake}/sources/measures/bad", exist_ok=True)
+m = pq.read_table(sorted(glob.glob(f"{lake}/sources/measures/2026-*/*.parquet"))[0]).slice(0, 1)
+i = m.schema.get_field_index("value")
+m = m.set_column(i, pa.field("value", pa.int64(), nullable=False), pa.array([1], pa.int64()))
+pq.write_table(m, f"{lake}/sources/measures/bad/typed-wrong.parquet")
+PY
+before=$(partitions)
+job=$(q -c "SELECT micromegas.mm_refresh_view('measures_hourly', '$begin', '$end')")
+"$daemon" run --once --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-job.log" || fail "run --once: $(tail -3 "$MMV_RUN/lake-job.log")"
+state=$(q -c "SELECT state || '|' || attempts || '|' || coalesce(failure_message, '') FROM micromegas.mm_job('$job')")
+case "$state" in
+  failed\|1\|*typed-wrong.parquet*value*) echo "lakehouse: a source file of the wrong type: the job failed once, not retried: ${state#failed|1|}" ;;
+  *) fail "the refresh over a wrongly typed source file: $state" ;;
+esac
+[ "$(partitions)" = "$before" ] || fail "the failed job recorded partitions"
+
+[ $status = 0 ] && echo "lakehouse: passed"
+exit $status
