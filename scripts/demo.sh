@@ -3,8 +3,10 @@
 # itself, and runs a short demo: create, list, replace, drop, with a listener
 # printing the notifications; then the life of a view from a CREATE that asks
 # for its first materialization to the job done by a worker (the client
-# crate's example), its history and a restore, and its partitions. The
-# cluster is stopped at the end.
+# crate's example), its history and a restore, and its partitions; then data
+# flowing: a sample lake, a view, micromegas-views-daemon materializing it
+# from the queue, and a query over its partitions. The cluster is stopped at
+# the end.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 "$here/setup.sh"
@@ -100,3 +102,36 @@ run "SELECT view_set_name, begin_insert_time, file_path, encode(incompatible_sch
 run "SELECT view_set_name, partitions_retired, storage_freed_bytes, retirement_messages FROM micromegas.retire_incompatible_partitions();"
 run "SELECT * FROM micromegas.mm_drop_view('error_rate');"
 run "SELECT file_path, file_size, expiration > now() AS waiting FROM micromegas.temporary_files;"
+
+echo
+echo "-- data flowing: a sample lake, a view, the maintenance daemon, a query"
+kill "$worker" 2>/dev/null || true
+wait "$worker" 2>/dev/null || true
+trap '"$here/cluster.sh" stop' EXIT
+cargo build -q -p micromegas_views_daemon
+daemon="$CARGO_TARGET_DIR/debug/micromegas-views-daemon"
+lake="$MMV_RUN/demo-lake"
+rm -rf "$lake"
+echo "\$ micromegas-views-daemon sample --lake file://$lake --begin 2026-12-01T00:00:00Z --end 2026-12-02T00:00:00Z"
+"$daemon" sample --lake "file://$lake" --begin 2026-12-01T00:00:00Z --end 2026-12-02T00:00:00Z
+run "SELECT view_set_name, status, job_id IS NOT NULL AS refresh_queued FROM micromegas.mm_create_view(\$\$
+CREATE MATERIALIZED VIEW errors_per_hour WITH (
+  extract_query = \$q\$
+    SELECT date_bin('1 hour', time) AS hour, process_id, exe,
+           sum(CASE WHEN level <= 2 THEN 1 ELSE 0 END) AS errors, count(*) AS total
+      FROM log_entries WHERE insert_time >= '{begin}' AND insert_time < '{end}'
+     GROUP BY 1, 2, 3 \$q\$,
+  count_src_query = \$q\$
+    SELECT sum(nb_objects) AS count FROM blocks
+     WHERE array_has(\"streams.tags\", 'log') AND insert_time >= '{begin}' AND insert_time < '{end}' \$q\$,
+  merge_partitions_query = \$q\$
+    SELECT hour, process_id, exe, sum(errors) AS errors, sum(total) AS total FROM {source} GROUP BY 1, 2, 3 \$q\$,
+  update_group = 3000, time_column = 'hour', with_no_data = false)\$\$);"
+echo
+echo "\$ micromegas-views-daemon run --once --lake file://$lake --dsn '$dsn'"
+"$daemon" run --once --lake "file://$lake" --dsn "$dsn"
+run "SELECT view_set_name, begin_insert_time, end_insert_time, num_rows, file_size, file_path FROM micromegas.list_partitions('errors_per_hour');"
+echo
+echo "\$ micromegas-views-daemon query --lake file://$lake --dsn '$dsn' \"SELECT exe, sum(errors) AS errors, sum(total) AS total FROM errors_per_hour GROUP BY exe ORDER BY exe\""
+"$daemon" query --lake "file://$lake" --dsn "$dsn" \
+  "SELECT exe, sum(errors) AS errors, sum(total) AS total FROM errors_per_hour GROUP BY exe ORDER BY exe"
