@@ -165,7 +165,7 @@ async fn run(cli: Cli) -> Result<()> {
                         && (views.is_empty() || views.contains(&s.name))
                 }) {
                     if let Err(e) = write::materialize_range(
-                        &lake, &client, &sets, view, begin, end, mode, &checked, log_bucket,
+                        &lake, &client, &sets, view, begin, end, mode, &checked, log_bucket, &|| false,
                     )
                     .await
                     {
@@ -240,16 +240,11 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
             log_bucket(&r);
             reports.push(r);
         } else {
-            for r in write::materialize_range(lake, &client, &sets, view, begin, end, mode, &checked, |r| {
-                log_bucket(r)
-            })
-            .await?
-            {
-                if ctx.is_cancelled() {
-                    break;
-                }
-                reports.push(r);
-            }
+            let stop = || ctx.is_cancelled();
+            reports = write::materialize_range(
+                lake, &client, &sets, view, begin, end, mode, &checked, log_bucket, &stop,
+            )
+            .await?;
         }
         Ok(reports)
     }

@@ -349,7 +349,8 @@ pub fn buckets(begin: DateTime<Utc>, end: DateTime<Utc>, delta: i64) -> Vec<(Dat
 
 /// Materializes `view` over `[begin, end)`: its source-delta buckets, then,
 /// when its merge delta is wider, the merge-delta buckets (which merge the
-/// source partitions whose counts still match).
+/// source partitions whose counts still match). `stop` is asked before each
+/// bucket (a job's cancellation): what is done stays done.
 pub async fn materialize_range(
     lake: &Lake,
     client: &Client,
@@ -360,6 +361,7 @@ pub async fn materialize_range(
     mode: Mode,
     checked: &CheckedFiles,
     mut each: impl FnMut(&BucketReport),
+    stop: &dyn Fn() -> bool,
 ) -> Result<Vec<BucketReport>> {
     let q = view
         .queries
@@ -373,6 +375,9 @@ pub async fn materialize_range(
     for (i, delta) in deltas.into_iter().enumerate() {
         let mode = if i == 0 { mode } else { Mode::IfStale };
         for (b, e) in buckets(begin, end, delta) {
+            if stop() {
+                return Ok(reports);
+            }
             let r = materialize_bucket(lake, client, sets, view, b, e, mode, checked).await?;
             each(&r);
             reports.push(r);
