@@ -3,13 +3,15 @@ source Parquet files of the lake, and the rows must equal, exactly, what
 `micromegas-views-daemon query` answers from the materialized partitions.
 DuckDB shares no code with the daemon (no DataFusion, no Arrow Rust).
 
-usage: oracle.py DAEMON LAKE_DIR DSN BEGIN END VIEW...
+usage: oracle.py DAEMON LAKE_URL LOCAL_DIR DSN BEGIN END VIEW...
+(LAKE_URL is what the daemon reads; LOCAL_DIR holds the same source files
+for DuckDB; VIEW may be NAME:ORACLE to check NAME against another query.)
 """
 import subprocess, sys
 import duckdb, pyarrow as pa, pyarrow.ipc as ipc
 
-daemon, lake, dsn, begin, end = sys.argv[1:6]
-views = sys.argv[6:]
+daemon, lake_url, lake, dsn, begin, end = sys.argv[1:7]
+views = sys.argv[7:]
 src = lambda name: f"read_parquet('{lake}/sources/{name}/**/*.parquet')"
 window = f"insert_time >= TIMESTAMPTZ '{begin}' AND insert_time < TIMESTAMPTZ '{end}'"
 
@@ -64,7 +66,7 @@ con.execute("SET TimeZone = 'UTC'")
 for view in views:
     name = view.split(":")[0]
     oracle = ORACLE[view.split(":")[-1]]
-    out = subprocess.run([daemon, "query", "--lake", f"file://{lake}", "--dsn", dsn, "--format", "arrow",
+    out = subprocess.run([daemon, "query", "--lake", lake_url, "--dsn", dsn, "--format", "arrow",
                           f"SELECT * FROM {name}"], capture_output=True, check=True)
     got = ipc.open_stream(out.stdout).read_all() if out.stdout else pa.table({})
     want = con.sql(oracle).to_arrow_table()
