@@ -17,6 +17,9 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
+-- * materialize_partitions (new; micromegas' name, regenerate_partitions'
+--   privileges and buckets): one 'materialize' job per bucket, which the
+--   daemon writes only where stale; both queue through _mm_queue_buckets.
 -- * a write plans its definition before it takes the catalog lock
 --   (_mm_plan_ahead, new): under the lock it takes that answer from memory
 --   unless the catalog rows the definition reads moved meanwhile, so a long
@@ -35,4 +38,12 @@ COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,j
   'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
 --@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write(
+--@replace CREATE FUNCTION micromegas.mm_privilege_matrix(
+--@new CREATE FUNCTION micromegas._mm_queue_buckets(
+--@replace CREATE FUNCTION micromegas.regenerate_partitions(
+--@new CREATE FUNCTION micromegas.materialize_partitions(
+COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
+COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
+  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 SELECT micromegas._mm_apply_privileges();

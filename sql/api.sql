@@ -621,6 +621,10 @@ COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, j
   'Request a refresh of a view set over a range (NULL bounds: everything); returns the job id';
 COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
+COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
+COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
+  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
   'A worker claims the oldest queued job, with a lease and the lease token that proves the claim';
 COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS

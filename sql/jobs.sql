@@ -157,29 +157,59 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
 $$;
 
+-- [begin, end) in buckets of partition_delta_seconds, checked by
+-- mm_plan_regeneration's rules, one queued job of `kind` per bucket (an
+-- equal queued job covering it is reported instead): what
+-- regenerate_partitions and materialize_partitions share.
+CREATE FUNCTION micromegas._mm_queue_buckets(
+  kind text, caller text, view_set_name text, begin_time timestamptz, end_time timestamptz,
+  partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  bucket record;
+  r record;
+BEGIN
+  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
+    RAISE EXCEPTION '%: partition_delta_seconds must be a positive number of seconds, not %',
+        caller, coalesce(partition_delta_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($3, $4, $5, make_interval(secs => partition_delta_seconds)) LOOP
+    SELECT * INTO r FROM micromegas._mm_request_job(kind, $3, bucket.bucket_begin, bucket.bucket_end,
+                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
+    RETURN QUERY SELECT clock_timestamp(), format('%s %s of %s [%s, %s): job %s',
+      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END,
+      CASE kind WHEN 'regenerate' THEN 'regeneration' ELSE 'materialization' END, $3,
+      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
+  END LOOP;
+END
+$$;
+
 -- Seed 002: regenerate [begin, end) in buckets of partition_delta_seconds —
--- checked by mm_plan_regeneration's rules, one queued job per bucket.
+-- every bucket written from the source, fresh or not.
 CREATE FUNCTION micromegas.regenerate_partitions(
   view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('regenerate_partitions');
-  bucket record;
-  r record;
 BEGIN
-  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
-    RAISE EXCEPTION 'regenerate_partitions: partition_delta_seconds must be a positive number of seconds, not %',
-        coalesce(partition_delta_seconds::text, 'NULL')
-      USING ERRCODE = 'invalid_parameter_value';
-  END IF;
-  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($1, $2, $3, make_interval(secs => partition_delta_seconds)) LOOP
-    SELECT * INTO r FROM micromegas._mm_request_job('regenerate', $1, bucket.bucket_begin, bucket.bucket_end,
-                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
-    RETURN QUERY SELECT clock_timestamp(), format('%s regeneration of %s [%s, %s): job %s',
-      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END, $1,
-      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
-  END LOOP;
+  RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('regenerate', 'regenerate_partitions', $1, $2, $3, $4);
+END
+$$;
+
+-- micromegas' materialize_partitions, by its name: the same buckets and
+-- privileges as regenerate_partitions, but each is materialized only where
+-- stale (the daemon's freshness check by count_src_query).
+CREATE FUNCTION micromegas.materialize_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('materialize_partitions');
+BEGIN
+  RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('materialize', 'materialize_partitions', $1, $2, $3, $4);
 END
 $$;
 

@@ -17,6 +17,9 @@
 --   micromegas_views.extension_role (superuser-only): a restore of
 --   pg_dumpall --roles-only into a new cluster, or CREATE EXTENSION in
 --   another database, recognises them without adopt_existing_roles.
+-- * materialize_partitions (new; micromegas' name, regenerate_partitions'
+--   privileges and buckets): one 'materialize' job per bucket, which the
+--   daemon writes only where stale; both queue through _mm_queue_buckets.
 -- * a write plans its definition before it takes the catalog lock
 --   (_mm_plan_ahead, new): under the lock it takes that answer from memory
 --   unless the catalog rows the definition reads moved meanwhile, so a long
@@ -260,4 +263,131 @@ BEGIN
   RETURN NEW;
 END
 $$;
+CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()
+RETURNS TABLE (object_kind text, object_name text, public text, reader text, service text, admin text)
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT * FROM (VALUES
+    -- definitions
+    ('function', 'mm_catalog_version',            'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_sets',                'EXECUTE', '',        '',        ''),
+    ('function', 'mm_privilege_matrix',           'EXECUTE', '',        '',        ''),
+    ('function', 'list_view_set_definitions',     '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_set_snapshot',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_materialization_order',      '', 'EXECUTE', '', ''),
+    ('function', 'list_view_dependencies',        '', 'EXECUTE', '', ''),
+    ('function', 'mm_catalog_violations',         '', 'EXECUTE', '', ''),
+    ('function', 'mm_explain_view',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_view_history',               '', 'EXECUTE', '', ''),
+    ('function', 'mm_describe_view',              '', 'EXECUTE', '', ''),
+    ('function', 'mm_create_view',                '', '', '', 'EXECUTE'),
+    ('function', 'mm_drop_view',                  '', '', '', 'EXECUTE'),
+    ('function', 'mm_restore_view',               '', '', '', 'EXECUTE'),
+    ('function', 'mm_prune_view_history',         '', '', '', 'EXECUTE'),
+    ('function', 'mm_register_builtin_view_set',  '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_require_author_checks',      '', '', '', 'EXECUTE'),
+    -- partitions
+    ('function', 'list_partitions',               '', 'EXECUTE', '', ''),
+    ('function', 'list_incompatible_partitions',  '', 'EXECUTE', '', ''),
+    ('function', 'mm_plan_regeneration',          '', 'EXECUTE', '', ''),
+    ('function', 'retire_partitions',             '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_metadata',  '', '', '', 'EXECUTE'),
+    ('function', 'retire_partition_by_file',      '', '', '', 'EXECUTE'),
+    ('function', 'retire_incompatible_partitions','', '', '', 'EXECUTE'),
+    ('function', 'mm_write_partition',            '', '', 'EXECUTE', ''),
+    ('function', 'mm_replace_partitions',         '', '', 'EXECUTE', ''),
+    ('function', 'mm_expired_files',              '', '', 'EXECUTE', ''),
+    -- jobs
+    ('function', 'mm_job',                        '', 'EXECUTE', '', ''),
+    ('function', 'list_jobs',                     '', 'EXECUTE', '', ''),
+    ('function', 'mm_refresh_view',               '', '', '', 'EXECUTE'),
+    ('function', 'regenerate_partitions',         '', '', '', 'EXECUTE'),
+    ('function', 'materialize_partitions',        '', '', '', 'EXECUTE'),
+    ('function', 'mm_cancel_job',                 '', '', '', 'EXECUTE'),
+    ('function', 'mm_claim_job',                  '', '', 'EXECUTE', ''),
+    ('function', 'mm_claim_jobs',                 '', '', 'EXECUTE', ''),
+    ('function', 'mm_heartbeat_job',              '', '', 'EXECUTE', ''),
+    ('function', 'mm_finish_job',                 '', '', 'EXECUTE', ''),
+    -- query deny list and audience grants
+    ('function', 'mm_sql_hash',                   '', 'EXECUTE', '', ''),
+    ('function', 'mm_access_versions',            '', 'EXECUTE', '', ''),
+    ('function', 'list_audience_grants',          '', 'EXECUTE', '', ''),
+    ('function', 'mm_query_deny_list_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial',         '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_match_query_denial_context', '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_audience_grants_snapshot',   '', '', 'EXECUTE', 'EXECUTE'),
+    ('function', 'mm_record_query_denial_hits',   '', '', 'EXECUTE', ''),
+    ('function', 'deny_queries',                  '', '', '', 'EXECUTE'),
+    ('function', 'list_query_denials',            '', '', '', 'EXECUTE'),
+    ('function', 'remove_query_denial',           '', '', '', 'EXECUTE'),
+    ('function', 'mm_grant_audience',             '', '', '', 'EXECUTE'),
+    ('function', 'mm_revoke_audience',            '', '', '', 'EXECUTE'),
+    -- internal, but the audience_grants CHECK runs it as the writer (a pure
+    -- rule check): the admin, who may write the table directly
+    ('function', '_mm_audience_problem',          '', '', '', 'EXECUTE'),
+    -- tables and views
+    ('table', 'catalog_state',                          '', 'SELECT', '', ''),
+    ('table', 'builtin_view_sets',                      '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definitions',         '', 'SELECT', '', 'INSERT, UPDATE, DELETE'),
+    ('table', 'lakehouse_view_set_definition_history',  '', 'SELECT', '', ''),
+    ('table', 'removed_shipped_rows',                   '', '', '', 'SELECT, INSERT, DELETE'),
+    ('table', 'lakehouse_partitions',                   '', 'SELECT', 'INSERT, UPDATE, DELETE', ''),
+    ('table', 'temporary_files',                        '', 'SELECT', 'INSERT, DELETE', ''),
+    ('table', 'file_claims',                            '', '', '', ''),
+    ('table', 'view_set_schema_hashes',                 '', 'SELECT', '', ''),
+    ('table', 'jobs',                                   '', 'SELECT', '', ''),
+    ('table', 'access_state',                           '', '', '', ''),
+    ('table', 'query_deny_list',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'query_deny_hits',                        '', '', 'SELECT', 'SELECT'),
+    ('table', 'audience_grants',                        '', '', 'SELECT', 'SELECT, INSERT, UPDATE, DELETE'),
+    ('table', 'author_check_requirements',              '', 'SELECT', '', '')
+  ) AS m(object_kind, object_name, public, reader, service, admin)
+$$;
+CREATE FUNCTION micromegas._mm_queue_buckets(
+  kind text, caller text, view_set_name text, begin_time timestamptz, end_time timestamptz,
+  partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  bucket record;
+  r record;
+BEGIN
+  IF partition_delta_seconds IS NULL OR partition_delta_seconds <= 0 THEN
+    RAISE EXCEPTION '%: partition_delta_seconds must be a positive number of seconds, not %',
+        caller, coalesce(partition_delta_seconds::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  FOR bucket IN SELECT * FROM micromegas.mm_plan_regeneration($3, $4, $5, make_interval(secs => partition_delta_seconds)) LOOP
+    SELECT * INTO r FROM micromegas._mm_request_job(kind, $3, bucket.bucket_begin, bucket.bucket_end,
+                                                     jsonb_build_object('partition_delta_seconds', partition_delta_seconds));
+    RETURN QUERY SELECT clock_timestamp(), format('%s %s of %s [%s, %s): job %s',
+      CASE WHEN r.existing THEN 'already queued:' ELSE 'queued' END,
+      CASE kind WHEN 'regenerate' THEN 'regeneration' ELSE 'materialization' END, $3,
+      micromegas._mm_time_text(bucket.bucket_begin), micromegas._mm_time_text(bucket.bucket_end), r.job_id);
+  END LOOP;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.regenerate_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('regenerate_partitions');
+BEGIN
+  RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('regenerate', 'regenerate_partitions', $1, $2, $3, $4);
+END
+$$;
+CREATE FUNCTION micromegas.materialize_partitions(
+  view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('materialize_partitions');
+BEGIN
+  RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('materialize', 'materialize_partitions', $1, $2, $3, $4);
+END
+$$;
+COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
+COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
+  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 SELECT micromegas._mm_apply_privileges();

@@ -58,6 +58,7 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
     ('function', 'list_jobs',                     '', 'EXECUTE', '', ''),
     ('function', 'mm_refresh_view',               '', '', '', 'EXECUTE'),
     ('function', 'regenerate_partitions',         '', '', '', 'EXECUTE'),
+    ('function', 'materialize_partitions',        '', '', '', 'EXECUTE'),
     ('function', 'mm_cancel_job',                 '', '', '', 'EXECUTE'),
     ('function', 'mm_claim_job',                  '', '', 'EXECUTE', ''),
     ('function', 'mm_claim_jobs',                 '', '', 'EXECUTE', ''),

@@ -51,8 +51,17 @@ SELECT regexp_replace(msg, 'job [0-9a-f-]{36}', 'job J') AS msg
 SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-02', 3600 * 5)$$);
 SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('j_v', '2024-01-01', '2024-01-02', 0)$$);
 SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.regenerate_partitions('nope', '2024-01-01', '2024-01-02', 3600)$$);
+-- materialize_partitions (micromegas' name): the same buckets and checks,
+-- jobs of kind materialize, which the daemon writes only where stale.
+SELECT regexp_replace(msg, 'job [0-9a-f-]{36}', 'job J') AS msg
+  FROM micromegas.materialize_partitions('j_v', '2024-01-01', '2024-01-01 12:00', 21600);
+SELECT regexp_replace(msg, 'job [0-9a-f-]{36}', 'job J') AS msg
+  FROM micromegas.materialize_partitions('j_v', '2024-01-01', '2024-01-01 06:00', 21600);
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.materialize_partitions('j_v', '2024-01-01', '2024-01-02', -1)$$);
+SELECT sqlstate, message FROM mmv_try($$SELECT * FROM micromegas.materialize_partitions('j_v', '2024-01-01 03:00', '2024-01-02', 21600)$$);
 SELECT count(*) AS regenerate_jobs FROM micromegas.list_jobs('queued', 'j_v') WHERE kind = 'regenerate';
-DELETE FROM micromegas.jobs WHERE kind = 'regenerate' OR view_set_name = 'log_entries';
+SELECT count(*) AS materialize_jobs FROM micromegas.list_jobs('queued', 'j_v') WHERE kind = 'materialize';
+DELETE FROM micromegas.jobs WHERE kind IN ('regenerate', 'materialize') OR view_set_name = 'log_entries';
 
 -- 3. A worker's life: claim (oldest first, by kind), heartbeat, finish.
 SELECT kind, begin_time, worker, attempts FROM micromegas.mm_claim_job('w1', ARRAY['materialize']);
