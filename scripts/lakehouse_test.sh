@@ -14,6 +14,10 @@
 #  - a REPLACE that changes a view's schema leaves its old partitions
 #    unread, list_incompatible_partitions names them and
 #    retire_incompatible_partitions retires them (their files queued);
+#  - two daemons share one day's materialize_partitions jobs: every bucket
+#    written once; a daemon killed with SIGKILL mid-refresh leaves no
+#    partition row without its file, and after its lease another daemon
+#    takes the job again and completes the view;
 #  - a refresh job run by `run --once` over a source file whose column type
 #    differs from the catalog's fails, not retryable, naming the file and
 #    the column, and records nothing;
@@ -145,6 +149,71 @@ queued=$(q -c "SELECT count(*) FROM micromegas.temporary_files WHERE file_path L
 materialize "$MMV_RUN/lake-replaced.log" || fail "the materialization after the REPLACE: $(tail -5 "$MMV_RUN/lake-replaced.log")"
 "$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_hourly:measures_hourly_v2 || status=1
 echo "lakehouse: a REPLACE changing the schema: old partitions unread, 24 named incompatible and retired, the day written again"
+
+# Two daemons over the same day: materialize_partitions queues one job per
+# hour and two `run --once` share them through the leases; every bucket is
+# written exactly once (an object is never reused, so a bucket written twice
+# would leave two objects).
+psql -X -q -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<'SQL'
+SELECT status FROM micromegas.mm_create_view(replace(
+  (SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'measures_hourly'),
+  'VIEW measures_hourly', 'VIEW measures_twice'));
+SQL
+q -c "SELECT count(*) FROM micromegas.materialize_partitions('measures_twice', '$begin', '$end', 3600)" >/dev/null
+"$daemon" run --once --worker daemon-a --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-daemon-a.log" &
+a=$!
+"$daemon" run --once --worker daemon-b --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-daemon-b.log" &
+b=$!
+wait $a || fail "daemon a: $(tail -3 "$MMV_RUN/lake-daemon-a.log")"
+wait $b || fail "daemon b: $(tail -3 "$MMV_RUN/lake-daemon-b.log")"
+jobs_done=$(q -c "SELECT count(*) FILTER (WHERE state = 'done' AND attempts = 1) || '/' || count(*)
+                    FROM micromegas.list_jobs(view_set_name => 'measures_twice')")
+objects=$(find "$lake/views/measures_twice" -name '*.parquet' | wc -l)
+recorded=$(q -c "SELECT count(file_path) || '/' || count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_twice'")
+[ "$jobs_done" = 24/24 ] || fail "two daemons: jobs done once / all: $jobs_done"
+[ "$objects" = 24 ] && [ "$recorded" = 24/24 ] || fail "two daemons: $objects objects written, $recorded partitions recorded (files/rows), 24 expected"
+by=$(q -c "SELECT string_agg(worker || ' ' || n, ', ' ORDER BY worker) FROM (SELECT worker, count(*) AS n
+           FROM micromegas.list_jobs(view_set_name => 'measures_twice') GROUP BY worker) w")
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_twice:measures_hourly_v2 || status=1
+echo "lakehouse: two daemons over one day: 24 buckets, each written once ($by)"
+
+# A daemon killed with SIGKILL in the middle of a refresh: no partition row
+# points at a missing file; once its lease runs out, another daemon takes
+# the job again and the view ends complete.
+psql -X -q -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<'SQL'
+ALTER DATABASE mmv_lakehouse SET micromegas_views.job_lease = '3s';
+SELECT status FROM micromegas.mm_create_view(replace(
+  (SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'measures_hourly'),
+  'VIEW measures_hourly', 'VIEW measures_killed'));
+SQL
+job=$(q -c "SELECT micromegas.mm_refresh_view('measures_killed', '$begin', '$end')")
+"$daemon" run --once --worker doomed --heartbeat-seconds 1 --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-doomed.log" &
+doomed=$!
+for _ in $(seq 1 300); do
+  [ "$(q -c "SELECT count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")" -ge 3 ] && break
+  sleep 0.05
+done
+kill -9 $doomed
+doomed_status=0
+wait $doomed 2>/dev/null || doomed_status=$?
+[ $doomed_status = 137 ] || fail "the doomed daemon ended with $doomed_status before it was killed: $(tail -3 "$MMV_RUN/lake-doomed.log")"
+written=$(q -c "SELECT count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")
+[ "$written" -ge 3 ] && [ "$written" -lt 24 ] || fail "the kill came at $written of 24 buckets, not in the middle"
+missing=0
+for f in $(q -c "SELECT file_path FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed' AND file_path IS NOT NULL"); do
+  [ -s "$lake/$f" ] || { missing=$((missing + 1)); echo "lakehouse: $f is recorded but missing"; }
+done
+[ $missing = 0 ] || fail "$missing recorded partitions of the killed daemon have no file"
+sleep 3.5
+"$daemon" run --once --worker rescuer --heartbeat-seconds 1 --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-rescuer.log" \
+  || fail "the rescuing daemon: $(tail -3 "$MMV_RUN/lake-rescuer.log")"
+state=$(q -c "SELECT state || ' ' || worker || ' ' || attempts FROM micromegas.mm_job('$job')")
+[ "$state" = "done rescuer 2" ] || fail "the killed daemon's job: $state"
+[ "$(q -c "SELECT count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")" = 24 ] \
+  || fail "the view killed midway is not complete"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_killed:measures_hourly_v2 || status=1
+q -c "ALTER DATABASE mmv_lakehouse RESET micromegas_views.job_lease" >/dev/null
+echo "lakehouse: a daemon killed after $written of 24 buckets: every recorded file present; the job taken again after its lease ($state), the view complete"
 
 # A source file whose column type differs from the catalog's: the refresh
 # job fails, not retryable, naming the file and the column.

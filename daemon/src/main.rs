@@ -82,6 +82,10 @@ enum Command {
         /// Run until the queue is empty, then exit.
         #[arg(long)]
         once: bool,
+        /// How often a running job's lease is extended; keep it well under
+        /// micromegas_views.job_lease (5 minutes by default).
+        #[arg(long, default_value_t = 10)]
+        heartbeat_seconds: u64,
     },
     /// Runs SQL over every view (its merge query over its partitions of the
     /// current schema) and every source.
@@ -179,7 +183,9 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Run { lake, dsn, worker, once } => run_jobs(Lake::open(&lake)?, dsn, worker, once).await,
+        Command::Run { lake, dsn, worker, once, heartbeat_seconds } => {
+            run_jobs(Lake::open(&lake)?, dsn, worker, once, Duration::from_secs(heartbeat_seconds.max(1))).await
+        }
         Command::Query { lake, dsn, format, sql } => {
             let lake = Lake::open(&lake)?;
             let client = connect(&dsn).await?;
@@ -270,10 +276,10 @@ fn widen(begin: DateTime<Utc>, end: DateTime<Utc>, delta: i64) -> (DateTime<Utc>
     )
 }
 
-async fn run_jobs(lake: Lake, dsn: String, worker: String, once: bool) -> Result<()> {
+async fn run_jobs(lake: Lake, dsn: String, worker: String, once: bool, heartbeat: Duration) -> Result<()> {
     let mut config = JobWorkerConfig::new(dsn.clone(), worker);
     config.poll_interval = Duration::from_secs(5);
-    config.heartbeat_interval = Duration::from_secs(10);
+    config.heartbeat_interval = heartbeat;
     let jobs = JobWorker::new(config);
     let lake = Arc::new(lake);
     let shared_dsn = Arc::new(dsn.clone());
