@@ -18,6 +18,8 @@
 #    written once; a daemon killed with SIGKILL mid-refresh leaves no
 #    partition row without its file, and after its lease another daemon
 #    takes the job again and completes the view;
+#  - gc deletes the expired files the catalog hands out and an orphan
+#    object past its grace period, and no recorded file;
 #  - a refresh job run by `run --once` over a source file whose column type
 #    differs from the catalog's fails, not retryable, naming the file and
 #    the column, and records nothing;
@@ -214,6 +216,33 @@ state=$(q -c "SELECT state || ' ' || worker || ' ' || attempts FROM micromegas.m
 "$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_killed:measures_hourly_v2 || status=1
 q -c "ALTER DATABASE mmv_lakehouse RESET micromegas_views.job_lease" >/dev/null
 echo "lakehouse: a daemon killed after $written of 24 buckets: every recorded file present; the job taken again after its lease ($state), the view complete"
+
+# gc: the expired files the catalog hands out (deleted after its
+# transaction), then the objects no row names, past the grace period.
+orphan="views/measures_killed/orphan-written-never-recorded.parquet"
+cp "$lake/$(q -c "SELECT file_path FROM micromegas.lakehouse_partitions
+                   WHERE view_set_name = 'measures_killed' AND file_path IS NOT NULL LIMIT 1")" "$lake/$orphan"
+touch -d '2 hours ago' "$lake/$orphan"
+q -c "UPDATE micromegas.temporary_files SET expiration = now() - interval '1 second'" >/dev/null
+queued=$(q -c "SELECT file_path FROM micromegas.temporary_files ORDER BY 1")
+[ -n "$queued" ] || fail "no file was queued for deletion by the retirements above"
+"$daemon" gc --dry-run --lake "file://$lake" --dsn "$dsn" >"$MMV_RUN/lake-gc-dry.out"
+grep -qx "orphan $orphan" "$MMV_RUN/lake-gc-dry.out" || fail "gc --dry-run does not list the orphan: $(tail -3 "$MMV_RUN/lake-gc-dry.out")"
+[ -f "$lake/$orphan" ] && [ "$(q -c "SELECT count(*) FROM micromegas.temporary_files")" = "$(echo "$queued" | wc -l)" ] \
+  || fail "gc --dry-run deleted or handed out something"
+"$daemon" gc --grace-seconds 10800 --lake "file://$lake" --dsn "$dsn" >"$MMV_RUN/lake-gc-young.out"
+[ -f "$lake/$orphan" ] || fail "gc deleted an object younger than its grace period"
+"$daemon" gc --lake "file://$lake" --dsn "$dsn" >"$MMV_RUN/lake-gc.out"
+[ ! -e "$lake/$orphan" ] || fail "gc kept the orphan"
+still=0
+for f in $queued; do [ -e "$lake/$f" ] && still=$((still + 1)); done
+[ $still = 0 ] || fail "gc left $still expired files on disk"
+gone=0
+for f in $(q -c "SELECT file_path FROM micromegas.lakehouse_partitions WHERE file_path IS NOT NULL"); do
+  [ -s "$lake/$f" ] || gone=$((gone + 1))
+done
+[ $gone = 0 ] || fail "gc deleted $gone files that partitions still record"
+echo "lakehouse: gc: $(echo "$queued" | wc -l) expired files deleted after the catalog handed them out, the orphan deleted past its grace period (kept within it, listed by --dry-run), every recorded file kept (gc with a 3 h grace: $(tail -1 "$MMV_RUN/lake-gc-young.out"); then with 1 h: $(tail -1 "$MMV_RUN/lake-gc.out"))"
 
 # A source file whose column type differs from the catalog's: the refresh
 # job fails, not retryable, naming the file and the column.

@@ -87,6 +87,21 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         heartbeat_seconds: u64,
     },
+    /// Deletes the expired files the catalog hands out (after its
+    /// transaction committed) and the objects under views/ no row names,
+    /// past a grace period.
+    Gc {
+        #[arg(long)]
+        lake: String,
+        #[arg(long, env = "MICROMEGAS_VIEWS_DSN")]
+        dsn: String,
+        /// List what would be deleted; hand out and delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// An object younger than this may be a write not yet recorded.
+        #[arg(long, default_value_t = 3600)]
+        grace_seconds: i64,
+    },
     /// Runs SQL over every view (its merge query over its partitions of the
     /// current schema) and every source.
     Query {
@@ -185,6 +200,26 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Run { lake, dsn, worker, once, heartbeat_seconds } => {
             run_jobs(Lake::open(&lake)?, dsn, worker, once, Duration::from_secs(heartbeat_seconds.max(1))).await
+        }
+        Command::Gc { lake, dsn, dry_run, grace_seconds } => {
+            let lake = Lake::open(&lake)?;
+            let client = connect(&dsn).await?;
+            let grace = chrono::Duration::seconds(grace_seconds.max(0));
+            let c = micromegas_views_lakehouse::gc::collect(&lake, &client, grace, dry_run).await?;
+            let verb = if dry_run { "would delete" } else { "deleted" };
+            for path in &c.expired {
+                println!("expired {path}");
+            }
+            for path in &c.orphans {
+                println!("orphan {path}");
+            }
+            println!(
+                "{verb}: {} expired file(s), {} orphan(s){}",
+                c.expired.len(),
+                c.orphans.len(),
+                if dry_run { String::new() } else { format!("; {} object(s) removed", c.deleted) }
+            );
+            Ok(())
         }
         Command::Query { lake, dsn, format, sql } => {
             let lake = Lake::open(&lake)?;

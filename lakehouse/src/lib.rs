@@ -5,6 +5,7 @@
 //! extension's catalog ([`catalog`]).
 
 pub mod catalog;
+pub mod gc;
 pub mod lake;
 pub mod query;
 pub mod read;
