@@ -18,6 +18,8 @@
 #    written once; a daemon killed with SIGKILL mid-refresh leaves no
 #    partition row without its file, and after its lease another daemon
 #    takes the job again and completes the view;
+#  - `run`'s ticks keep a view with auto_refresh fresh over its last two
+#    whole buckets (a sample of the last hours), and not one without it;
 #  - gc deletes the expired files the catalog hands out and an orphan
 #    object past its grace period, and no recorded file;
 #  - a refresh job run by `run --once` over a source file whose column type
@@ -243,6 +245,48 @@ for f in $(q -c "SELECT file_path FROM micromegas.lakehouse_partitions WHERE fil
 done
 [ $gone = 0 ] || fail "gc deleted $gone files that partitions still record"
 echo "lakehouse: gc: $(echo "$queued" | wc -l) expired files deleted after the catalog handed them out, the orphan deleted past its grace period (kept within it, listed by --dry-run), every recorded file kept (gc with a 3 h grace: $(tail -1 "$MMV_RUN/lake-gc-young.out"); then with 1 h: $(tail -1 "$MMV_RUN/lake-gc.out"))"
+
+# The daemon's ticks: `run` keeps the views with auto_refresh fresh over
+# their last two whole buckets; a view without it is left to its jobs.
+tickdb=mmv_lakehouse_tick
+psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $tickdb" -c "CREATE DATABASE $tickdb"
+psql -X -q -d "$tickdb" -c "$MMV_INSTALL_SQL"
+tickdsn="host=$PGHOST port=$PGPORT user=postgres dbname=$tickdb"
+ticklake="$MMV_RUN/lake-recent"
+rm -rf "$ticklake"
+now=$(date -u +%s)
+hour_end=$(( now / 3600 * 3600 ))
+"$daemon" sample --lake "file://$ticklake" --begin "$(date -u -d "@$(( hour_end - 3 * 3600 ))" +%Y-%m-%dT%H:%M:%SZ)" \
+  --end "$(date -u -d "@$now" +%Y-%m-%dT%H:%M:%SZ)" --processes 2 --rate 4 --seed 3 >/dev/null
+for v in recent_auto:true recent_manual:false; do
+  psql -X -q -v ON_ERROR_STOP=1 -d "$tickdb" >/dev/null -c "SELECT status FROM micromegas.mm_create_view(\$\$
+CREATE MATERIALIZED VIEW ${v%%:*} WITH (
+  extract_query = 'SELECT date_bin(''1 minute'', time) AS minute, process_id, level, count(*) AS n FROM log_entries
+                    WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'' GROUP BY 1, 2, 3',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE array_has(\"streams.tags\", ''log'')
+                      AND insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT minute, process_id, level, sum(n) AS n FROM {source} GROUP BY 1, 2, 3',
+  update_group = 3000, time_column = 'minute', source_partition_delta = '1 hour',
+  merge_partition_delta = '1 hour', auto_refresh = ${v##*:})\$\$)"
+done
+"$daemon" run --tick-seconds 1 --worker ticker --lake "file://$ticklake" --dsn "$tickdsn" 2>"$MMV_RUN/lake-tick.log" &
+ticker=$!
+want="$(date -u -d "@$(( hour_end - 7200 ))" '+%Y-%m-%d %H:%M:%S')+00;$(date -u -d "@$(( hour_end - 3600 ))" '+%Y-%m-%d %H:%M:%S')+00;"
+got=""
+for _ in $(seq 1 150); do
+  got=$(psql -X -A -t -d "$tickdb" -c "SELECT begin_insert_time FROM micromegas.lakehouse_partitions
+                                       WHERE view_set_name = 'recent_auto' ORDER BY 1" | head -2 | tr '\n' ';')
+  [ "$got" = "$want" ] && break
+  sleep 0.2
+done
+kill -INT $ticker
+tick_status=0
+wait $ticker || tick_status=$?
+[ "$got" = "$want" ] || fail "the ticks wrote recent_auto's buckets [$got], expected [$want]: $(tail -3 "$MMV_RUN/lake-tick.log")"
+[ $tick_status = 0 ] || fail "run stopped by Ctrl-C exited with $tick_status"
+manual=$(psql -X -A -t -d "$tickdb" -c "SELECT count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'recent_manual'")
+[ "$manual" = 0 ] || fail "the ticks wrote $manual partitions of a view without auto_refresh"
+echo "lakehouse: run's ticks kept the auto_refresh view fresh over its last two hours ($got), left the other to its jobs, and stopped on Ctrl-C"
 
 # A source file whose column type differs from the catalog's: the refresh
 # job fails, not retryable, naming the file and the column.

@@ -86,6 +86,10 @@ enum Command {
         /// micromegas_views.job_lease (5 minutes by default).
         #[arg(long, default_value_t = 10)]
         heartbeat_seconds: u64,
+        /// How often the views with auto_refresh are brought up to date
+        /// over their last two whole buckets (0: never; ignored with --once).
+        #[arg(long, default_value_t = 60)]
+        tick_seconds: u64,
     },
     /// Deletes the expired files the catalog hands out (after its
     /// transaction committed) and the objects under views/ no row names,
@@ -198,8 +202,17 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Run { lake, dsn, worker, once, heartbeat_seconds } => {
-            run_jobs(Lake::open(&lake)?, dsn, worker, once, Duration::from_secs(heartbeat_seconds.max(1))).await
+        Command::Run { lake, dsn, worker, once, heartbeat_seconds, tick_seconds } => {
+            let lake = Lake::open(&lake)?;
+            let heartbeat = Duration::from_secs(heartbeat_seconds.max(1));
+            if once || tick_seconds == 0 {
+                return run_jobs(lake, dsn, worker, once, heartbeat).await;
+            }
+            let ticks = tick_loop(lake.clone(), dsn.clone(), Duration::from_secs(tick_seconds));
+            tokio::select! {
+                r = run_jobs(lake, dsn, worker, false, heartbeat) => r,
+                r = ticks => r,
+            }
         }
         Command::Gc { lake, dsn, dry_run, grace_seconds } => {
             let lake = Lake::open(&lake)?;
@@ -299,6 +312,58 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
         Err(e) if e.schema_mismatch => JobOutcome::failed("schema", e.message, false),
         Err(e) => JobOutcome::failed("materialize", e.message, true),
     }
+}
+
+/// Every `period`, the views with `auto_refresh` over their last two whole
+/// source buckets and their last whole merge bucket, in ascending
+/// update_group with the catalog read again between groups (micromegas'
+/// daemon's cron tasks, with each view's own deltas). A failing view is
+/// logged; the others still run.
+async fn tick_loop(lake: Lake, dsn: String, period: Duration) -> Result<()> {
+    let mut ticker = tokio::time::interval(period);
+    let checked = CheckedFiles::default();
+    loop {
+        ticker.tick().await;
+        let client = match connect(&dsn).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "tick: cannot connect; next tick");
+                continue;
+            }
+        };
+        if let Err(e) = tick(&lake, &client, &checked).await {
+            tracing::warn!(error = %e, "tick failed; next tick");
+        }
+    }
+}
+
+async fn tick(lake: &Lake, client: &Client, checked: &CheckedFiles) -> Result<()> {
+    let groups: std::collections::BTreeSet<i32> = catalog::view_sets(client)
+        .await?
+        .iter()
+        .filter(|s| s.queries.as_ref().is_some_and(|q| q.auto_refresh))
+        .map(|s| s.update_group)
+        .collect();
+    let now = Utc::now();
+    for group in groups {
+        let sets = catalog::view_sets(client).await?;
+        for view in sets.iter().filter(|s| s.update_group == group) {
+            let Some(q) = view.queries.as_ref().filter(|q| q.auto_refresh) else {
+                continue;
+            };
+            let delta = q.source_delta_seconds.max(q.merge_delta_seconds);
+            let end = DateTime::from_timestamp(now.timestamp().div_euclid(delta) * delta, 0).expect("a time");
+            let begin = end - chrono::Duration::seconds(2 * delta);
+            if let Err(e) = write::materialize_range(
+                lake, client, &sets, view, begin, end, Mode::IfStale, checked, log_bucket, &|| false,
+            )
+            .await
+            {
+                tracing::error!(view = %view.name, error = %e, "tick: materialization failed");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `[begin, end)` widened to whole buckets of `delta` seconds.

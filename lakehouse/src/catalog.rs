@@ -28,6 +28,8 @@ pub struct Queries {
     pub source_delta_seconds: i64,
     pub merge_delta_seconds: i64,
     pub merge_sort_order: Option<Vec<String>>,
+    /// The view's `auto_refresh` option: the daemon's ticks keep it fresh.
+    pub auto_refresh: bool,
 }
 
 fn decode_schema(name: &str, ipc: &str) -> Result<SchemaRef> {
@@ -77,6 +79,7 @@ pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
                 source_delta_seconds: delta(&v.name, options, "source_partition_delta")?,
                 merge_delta_seconds: delta(&v.name, options, "merge_partition_delta")?,
                 merge_sort_order: sort,
+                auto_refresh: v.auto_refresh,
             }),
             name: v.name,
             update_group: v.update_group,
