@@ -21,6 +21,7 @@ SELECT label, sqlstate, message FROM (VALUES
   ('expired files',     $$SELECT micromegas.mm_expired_files()$$),
   ('refresh',           $$SELECT micromegas.mm_refresh_view('st_b')$$),
   ('regenerate',        $$SELECT micromegas.regenerate_partitions('st_a', '2024-01-01', '2024-01-02', 1)$$),
+  ('materialize',       $$SELECT micromegas.materialize_partitions('st_a', '2024-01-01', '2024-01-02', 1)$$),
   ('claim job',         $$SELECT micromegas.mm_claim_job('worker-1')$$),
   ('claim jobs',        $$SELECT micromegas.mm_claim_jobs('worker-1', 4)$$),
   ('heartbeat',         $$SELECT micromegas.mm_heartbeat_job(gen_random_uuid(), gen_random_uuid())$$),
