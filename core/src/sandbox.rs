@@ -740,6 +740,12 @@ unsafe fn helper_main(
         libc::mallopt(libc::M_ARENA_MAX, 1);
     }
     isolate::set_phase_page(phase);
+    // A panic is answered as an internal error with its message (the
+    // trampoline catches it). The host's hook would print it and, with
+    // RUST_BACKTRACE set in the environment, capture and symbolize a
+    // backtrace — hundreds of MB for a large binary, which the budget would
+    // answer as a memory error instead.
+    std::panic::set_hook(Box::new(|_| {}));
     // SAFETY (of from_raw_fd): the two pipe ends are this process's own,
     // and the files below are their only owners.
     let (input, output) = (
