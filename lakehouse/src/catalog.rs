@@ -16,6 +16,9 @@ pub struct ViewSet {
     pub queries: Option<Queries>,
     pub schema: SchemaRef,
     pub schema_hash: Vec<u8>,
+    /// What its three queries read (the catalog's `reads`; empty for a
+    /// built-in).
+    pub reads: Vec<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -84,6 +87,7 @@ pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
             name: v.name,
             update_group: v.update_group,
             schema_hash: v.schema_hash,
+            reads: v.reads,
         });
     }
     let rows = client
@@ -105,6 +109,7 @@ pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
             update_group: row.get(1),
             queries: None,
             schema_hash: row.get::<_, Option<Vec<u8>>>(3).unwrap_or_default(),
+            reads: Vec::new(),
             name,
         });
     }
@@ -125,6 +130,7 @@ pub fn shipped_sources() -> Result<Vec<ViewSet>> {
                 schema,
                 update_group: row.update_group.unwrap_or(0),
                 queries: None,
+                reads: Vec::new(),
                 name: row.name,
             })
         })

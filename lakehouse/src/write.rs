@@ -141,7 +141,10 @@ pub async fn materialize_bucket(
         .queries
         .as_ref()
         .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
-    let ctx = read::session(lake, client, sets, Some((begin, end)), Some(&view.name), checked).await?;
+    // Only what the view's queries read is registered (the catalog's
+    // `reads`: every relation their planning resolved).
+    let read: Vec<ViewSet> = sets.iter().filter(|s| view.reads.contains(&s.name)).cloned().collect();
+    let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked).await?;
     let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
     let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
     let decision = match mode {
