@@ -7,6 +7,10 @@
 #    (scripts/lake/oracle.py; DuckDB shares no code with the daemon);
 #  - log_stats' files are sorted by its merge_sort_order, which its
 #    partitions record;
+#  - a view's 24 hourly partitions merged into its day, then the day
+#    regenerated from the source (--regenerate);
+#  - a lake without sources is refused; when sources shrink (a day's blocks
+#    hidden) the partitions are left as they are;
 #  - a second materialization of the day writes nothing;
 #  - rows appended late to a source (a new metrics block, written by
 #    pyarrow) make exactly the buckets they fall in stale, and only those
@@ -85,6 +89,49 @@ assert keys == sorted(keys) and len(keys) > 100, len(keys)
 print(f"lakehouse: log_stats' file: {len(keys)} rows sorted by (time_bin, process_id, level, target)")
 PY
 
+# Hourly buckets merged into a day: measures_merged is measures_hourly with
+# merge_partition_delta = '1 day'. Its 24 hourly partitions (counts
+# matching) are merged into one; --regenerate then writes the day from the
+# source, retiring the merged partition.
+psql -X -q -v ON_ERROR_STOP=1 -d "$db" >/dev/null <<'SQL'
+SELECT status FROM micromegas.mm_create_view(replace(replace(
+  (SELECT definition_sql FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'measures_hourly'),
+  'VIEW measures_hourly', 'VIEW measures_merged'), 'merge_partition_delta = ''1 hour''', 'merge_partition_delta = ''1 day'''));
+SQL
+"$daemon" materialize --view measures_merged --lake "file://$lake" --dsn "$dsn" --begin "$begin" --end "$end" \
+  2>"$MMV_RUN/lake-merged.log" || fail "materializing measures_merged: $(tail -3 "$MMV_RUN/lake-merged.log")"
+merged=$(q -c "SELECT count(*) || ' ' || min(begin_insert_time) || ' ' || max(end_insert_time) || ' ' || sum(num_rows)
+                 FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_merged'")
+merges=$(awk '/decision=merge/ { n++ } END { print n + 0 }' "$MMV_RUN/lake-merged.log")
+[ "${merged%% *}" = 1 ] && [ "$merges" = 1 ] || fail "measures_merged after a merge: $merged ($merges merges)"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_merged:measures_hourly || status=1
+old_file=$(q -c "SELECT file_path FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_merged'")
+"$daemon" materialize --regenerate --view measures_merged --lake "file://$lake" --dsn "$dsn" --begin "$begin" --end "$end" \
+  2>"$MMV_RUN/lake-regenerated.log" || fail "regenerating measures_merged: $(tail -3 "$MMV_RUN/lake-regenerated.log")"
+new=$(q -c "SELECT count(*) || ' ' || (file_path <> '$old_file') FROM micromegas.lakehouse_partitions
+             WHERE view_set_name = 'measures_merged' GROUP BY file_path")
+[ "$new" = "1 true" ] || fail "measures_merged after --regenerate: $new"
+"$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_merged:measures_hourly || status=1
+echo "lakehouse: 24 hourly partitions merged into one day ($merged), then the day regenerated from the source"
+
+# A lake that is not the one (a typo, an unmounted volume) is refused before
+# anything is decided; sources that shrank leave the partitions as they are.
+before=$(partitions)
+if "$daemon" materialize --lake "file://$lake-typo" --dsn "$dsn" --begin "$begin" --end "$end" 2>"$MMV_RUN/lake-typo.log"; then
+  fail "materialize over an empty lake succeeded"
+fi
+grep -q "no Parquet file under sources/blocks/" "$MMV_RUN/lake-typo.log" || fail "the empty lake: $(tail -2 "$MMV_RUN/lake-typo.log")"
+[ ! -e "$lake-typo" ] || fail "opening a lake created its directory"
+hidden="$MMV_RUN/lake-hidden"
+rm -rf "$hidden" && mkdir -p "$hidden"
+mv "$lake/sources/blocks/2026-12-01" "$hidden/"
+materialize "$MMV_RUN/lake-shrunk.log" || fail "materializing over shrunk sources: $(tail -3 "$MMV_RUN/lake-shrunk.log")"
+mv "$hidden/2026-12-01" "$lake/sources/blocks/"
+[ "$(partitions)" = "$before" ] || fail "sources that shrank changed partitions"
+fell=$(awk '/source count fell below the recorded one/ { n++ } END { print n + 0 }' "$MMV_RUN/lake-shrunk.log")
+[ "$fell" -gt 0 ] || fail "no bucket was skipped for its shrunk source count"
+echo "lakehouse: an empty lake refused (nothing created); with the day's blocks hidden, $fell buckets kept as they were (their source count fell)"
+
 # A second materialization of the same day writes nothing.
 before=$(partitions)
 materialize "$MMV_RUN/lake-second.log" || fail "the second materialization: $(tail -5 "$MMV_RUN/lake-second.log")"
@@ -122,7 +169,7 @@ after=$(partitions)
 # The (view, bucket) rows whose file is new: comm lists what only "after" has.
 rewritten=$(comm -13 <(echo "$before" | cut -d'|' -f1-3 | sort) <(echo "$after" | cut -d'|' -f1-3 | sort) \
             | cut -d'|' -f1-2 | tr '\n' ';')
-want="blocks_per_process|2026-12-01 00:00:00+00;measures_hourly|2026-12-01 05:00:00+00;processes_seen|2026-12-01 00:00:00+00;streams_by_format|2026-12-01 00:00:00+00;"
+want="blocks_per_process|2026-12-01 00:00:00+00;measures_hourly|2026-12-01 05:00:00+00;measures_merged|2026-12-01 00:00:00+00;processes_seen|2026-12-01 00:00:00+00;streams_by_format|2026-12-01 00:00:00+00;"
 [ "$rewritten" = "$want" ] || fail "late rows rewrote [$rewritten], expected [$want] (the buckets whose count query counts the new block)"
 [ "$rewritten" = "$want" ] && echo "lakehouse: late rows at 05:30: rewritten exactly $(echo "$rewritten" | tr ';' ' ')"
 "$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_hourly blocks_per_process || status=1
@@ -228,6 +275,9 @@ touch -d '2 hours ago' "$lake/$orphan"
 q -c "UPDATE micromegas.temporary_files SET expiration = now() - interval '1 second'" >/dev/null
 queued=$(q -c "SELECT file_path FROM micromegas.temporary_files ORDER BY 1")
 [ -n "$queued" ] || fail "no file was queued for deletion by the retirements above"
+present=0
+for f in $queued; do [ -e "$lake/$f" ] && present=$((present + 1)); done
+[ "$present" = "$(echo "$queued" | wc -l)" ] || fail "only $present of the queued files exist before gc"
 "$daemon" gc --dry-run --lake "file://$lake" --dsn "$dsn" >"$MMV_RUN/lake-gc-dry.out"
 grep -qx "orphan $orphan" "$MMV_RUN/lake-gc-dry.out" || fail "gc --dry-run does not list the orphan: $(tail -3 "$MMV_RUN/lake-gc-dry.out")"
 [ -f "$lake/$orphan" ] && [ "$(q -c "SELECT count(*) FROM micromegas.temporary_files")" = "$(echo "$queued" | wc -l)" ] \

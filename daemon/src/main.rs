@@ -9,7 +9,7 @@ use micromegas_views_client::{Job, JobContext, JobOutcome, JobWorker, JobWorkerC
 use micromegas_views_lakehouse::catalog;
 use micromegas_views_lakehouse::lake::Lake;
 use micromegas_views_lakehouse::read::CheckedFiles;
-use micromegas_views_lakehouse::write::{self, BucketReport, Mode};
+use micromegas_views_lakehouse::write::{self, BucketReport, Mode, Widths};
 use micromegas_views_lakehouse::{query, sample, Error, Result};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -163,6 +163,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Materialize { lake, dsn, views, begin, end, regenerate } => {
             let lake = Lake::open(&lake)?;
+            lake.require_sources().await?;
             let client = connect(&dsn).await?;
             let mode = if regenerate { Mode::Always } else { Mode::IfStale };
             let checked = CheckedFiles::default();
@@ -188,7 +189,8 @@ async fn run(cli: Cli) -> Result<()> {
                         && (views.is_empty() || views.contains(&s.name))
                 }) {
                     if let Err(e) = write::materialize_range(
-                        &lake, &client, &sets, view, begin, end, mode, &checked, log_bucket, &|| false,
+                        &lake, &client, &sets, view, begin, end, mode, &checked, Widths::Both, log_bucket,
+                        &|| false,
                     )
                     .await
                     {
@@ -204,6 +206,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Run { lake, dsn, worker, once, heartbeat_seconds, tick_seconds } => {
             let lake = Lake::open(&lake)?;
+            lake.require_sources().await?;
             let heartbeat = Duration::from_secs(heartbeat_seconds.max(1));
             if once || tick_seconds == 0 {
                 return run_jobs(lake, dsn, worker, once, heartbeat).await;
@@ -216,6 +219,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Gc { lake, dsn, dry_run, grace_seconds } => {
             let lake = Lake::open(&lake)?;
+            lake.require_sources().await?;
             let client = connect(&dsn).await?;
             let grace = chrono::Duration::seconds(grace_seconds.max(0));
             let c = micromegas_views_lakehouse::gc::collect(&lake, &client, grace, dry_run).await?;
@@ -252,17 +256,24 @@ fn log_bucket(r: &BucketReport) {
     tracing::info!("{r}");
 }
 
-/// The range a job covers: its own, or for a refresh without one, the
-/// insert-time extent of the lake's sources.
+/// The range a job covers: its own; a bound a refresh leaves open is the
+/// insert-time extent of the lake's `blocks` on that side (None when the
+/// lake has no blocks).
 async fn job_range(
     lake: &Lake,
     client: &Client,
     job: &Job,
 ) -> Result<Option<(DateTime<Utc>, DateTime<Utc>)>> {
-    match (job.begin_time, job.end_time) {
-        (Some(b), Some(e)) => Ok(Some((b.into(), e.into()))),
-        _ => query::source_extent(lake, client).await,
+    if let (Some(b), Some(e)) = (job.begin_time, job.end_time) {
+        return Ok(Some((b.into(), e.into())));
     }
+    let Some((lo, hi)) = query::source_extent(lake, client).await? else {
+        return Ok(None);
+    };
+    Ok(Some((
+        job.begin_time.map(DateTime::<Utc>::from).unwrap_or(lo),
+        job.end_time.map(DateTime::<Utc>::from).unwrap_or(hi),
+    )))
 }
 
 async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome {
@@ -283,7 +294,9 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
         let checked = CheckedFiles::default();
         let mut reports = Vec::new();
         let q = view.queries.as_ref().expect("a view");
-        let (begin, end) = if job.kind == "refresh" && job.begin_time.is_none() {
+        // A refresh covers whole buckets: its range widened to them (a
+        // range inside one bucket would otherwise cover none).
+        let (begin, end) = if job.kind == "refresh" {
             widen(begin, end, q.source_delta_seconds.max(q.merge_delta_seconds))
         } else {
             (begin, end)
@@ -296,7 +309,7 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
         } else {
             let stop = || ctx.is_cancelled();
             reports = write::materialize_range(
-                lake, &client, &sets, view, begin, end, mode, &checked, log_bucket, &stop,
+                lake, &client, &sets, view, begin, end, mode, &checked, Widths::Both, log_bucket, &stop,
             )
             .await?;
         }
@@ -315,12 +328,14 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
 }
 
 /// Every `period`, the views with `auto_refresh` over their last two whole
-/// source buckets and their last whole merge bucket, in ascending
+/// source buckets, then their last whole merge bucket, in ascending
 /// update_group with the catalog read again between groups (micromegas'
 /// daemon's cron tasks, with each view's own deltas). A failing view is
 /// logged; the others still run.
 async fn tick_loop(lake: Lake, dsn: String, period: Duration) -> Result<()> {
     let mut ticker = tokio::time::interval(period);
+    // A tick that overran is not followed by a burst of catch-up ticks.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let checked = CheckedFiles::default();
     loop {
         ticker.tick().await;
@@ -351,13 +366,27 @@ async fn tick(lake: &Lake, client: &Client, checked: &CheckedFiles) -> Result<()
             let Some(q) = view.queries.as_ref().filter(|q| q.auto_refresh) else {
                 continue;
             };
-            let delta = q.source_delta_seconds.max(q.merge_delta_seconds);
-            let end = DateTime::from_timestamp(now.timestamp().div_euclid(delta) * delta, 0).expect("a time");
-            let begin = end - chrono::Duration::seconds(2 * delta);
-            if let Err(e) = write::materialize_range(
-                lake, client, &sets, view, begin, end, Mode::IfStale, checked, log_bucket, &|| false,
-            )
-            .await
+            // The last two whole source buckets, then the last whole merge
+            // bucket (which merges what the source buckets wrote).
+            let last = |delta: i64, n: i64| {
+                let end = DateTime::from_timestamp(now.timestamp().div_euclid(delta) * delta, 0);
+                end.map(|end| (end - chrono::Duration::seconds(n * delta), end))
+            };
+            let mut result = Ok(Vec::new());
+            for (widths, range) in [
+                (Widths::Source, last(q.source_delta_seconds, 2)),
+                (Widths::Merge, last(q.merge_delta_seconds, 1)),
+            ] {
+                let Some((begin, end)) = range else { continue };
+                result = write::materialize_range(
+                    lake, client, &sets, view, begin, end, Mode::IfStale, checked, widths, log_bucket, &|| false,
+                )
+                .await;
+                if result.is_err() {
+                    break;
+                }
+            }
+            if let Err(e) = result
             {
                 tracing::error!(view = %view.name, error = %e, "tick: materialization failed");
             }
@@ -369,7 +398,7 @@ async fn tick(lake: &Lake, client: &Client, checked: &CheckedFiles) -> Result<()
 /// `[begin, end)` widened to whole buckets of `delta` seconds.
 fn widen(begin: DateTime<Utc>, end: DateTime<Utc>, delta: i64) -> (DateTime<Utc>, DateTime<Utc>) {
     let b = begin.timestamp().div_euclid(delta) * delta;
-    let e = (end.timestamp() + delta).div_euclid(delta) * delta;
+    let e = (end.timestamp() + delta - 1).div_euclid(delta) * delta;
     (
         DateTime::from_timestamp(b, 0).expect("a time"),
         DateTime::from_timestamp(e, 0).expect("a time"),

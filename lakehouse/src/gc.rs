@@ -50,8 +50,17 @@ pub async fn collect(lake: &Lake, client: &Client, grace: Duration, dry_run: boo
     };
     if !dry_run {
         for path in &out.expired {
-            if lake.delete(path).await? {
-                out.deleted += 1;
+            // Only partition objects: a queued path elsewhere (a service's
+            // own file, a row naming a source) is not this lake's to delete.
+            if !path.starts_with("views/") {
+                tracing::warn!(path = %path, "gc: an expired file outside views/ is left alone");
+                continue;
+            }
+            match lake.delete(path).await {
+                Ok(true) => out.deleted += 1,
+                Ok(false) => {}
+                // The others still go; this one is an orphan for a later run.
+                Err(e) => tracing::warn!(path = %path, error = %e, "gc: could not delete an expired file"),
             }
         }
     }

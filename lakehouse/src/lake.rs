@@ -42,8 +42,6 @@ impl Lake {
                 let dir = parsed
                     .to_file_path()
                     .map_err(|_| Error::msg(format!("--lake {url}: not an absolute local path")))?;
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| Error::msg(format!("--lake {url}: {e}")))?;
                 let store = object_store::local::LocalFileSystem::new();
                 let prefix = dir.to_string_lossy().trim_matches('/').to_string();
                 Ok(Lake {
@@ -84,6 +82,22 @@ impl Lake {
         }
     }
 
+    /// Refuses a lake that has no `blocks` source files: a mistyped
+    /// `--lake`, an unmounted volume or a wrong prefix would otherwise read
+    /// as empty sources, and every stale bucket would be replaced by an
+    /// empty partition.
+    pub async fn require_sources(&self) -> Result<()> {
+        let blocks = self.list(&Self::source_dir("blocks")).await?;
+        if blocks.iter().any(|o| is_data_file(&o.location)) {
+            Ok(())
+        } else {
+            Err(Error::msg(format!(
+                "{}: no Parquet file under sources/blocks/: is --lake the right lake?",
+                self.url
+            )))
+        }
+    }
+
     pub fn store(&self) -> Arc<dyn ObjectStore> {
         self.store.clone()
     }
@@ -112,7 +126,8 @@ impl Lake {
             full.to_string()
         } else {
             full.strip_prefix(&self.prefix)
-                .map(|r| r.trim_start_matches('/').to_string())
+                .and_then(|r| r.strip_prefix('/'))
+                .map(str::to_string)
                 .unwrap_or_else(|| full.to_string())
         }
     }
@@ -175,6 +190,13 @@ impl Lake {
             .map(|_| ())
             .map_err(|e| Error::msg(format!("writing {relative}: {e}")))
     }
+}
+
+/// Whether an object is a data file: `*.parquet`, and no part of its path
+/// starting with `_` or `.` (writers' temporary and marker files).
+pub fn is_data_file(path: &Path) -> bool {
+    path.as_ref().ends_with(".parquet")
+        && !path.parts().any(|p| p.as_ref().starts_with('_') || p.as_ref().starts_with('.'))
 }
 
 pub fn hex(bytes: &[u8]) -> String {

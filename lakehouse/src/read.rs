@@ -29,21 +29,38 @@ pub struct CheckedFiles(Arc<Mutex<HashSet<FileKey>>>);
 /// A source file: its path, its size and the source it was checked for.
 type FileKey = (String, u64, String);
 
+/// The memory one session may use for its operators, past which sorts and
+/// aggregations spill to disk or the query fails:
+/// `MICROMEGAS_VIEWS_MEMORY_MB` (default 2048).
+fn memory_limit() -> usize {
+    std::env::var("MICROMEGAS_VIEWS_MEMORY_MB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(2048)
+        << 20
+}
+
 pub fn new_context() -> SessionContext {
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_limit(memory_limit(), 1.0)
+        .build_arc()
+        .expect("a runtime environment");
     let mut config = SessionConfig::new()
         .with_information_schema(true)
         .with_target_partitions(2);
     // The catalog's types are what a file is read as (Utf8, not Utf8View).
     config.options_mut().execution.parquet.schema_force_view_types = false;
-    SessionContext::new_with_config(config)
+    SessionContext::new_with_config_rt(config, runtime)
 }
 
 /// The insert-time range a session is restricted to: a bucket's
 /// `[begin, end)` when the daemon materializes it, none for a query.
 pub type InsertRange = Option<(DateTime<Utc>, DateTime<Utc>)>;
 
+/// A UTC instant as a SQL literal (a zone-aware timestamp, so a column in
+/// any zone compares by instant).
 fn literal(t: DateTime<Utc>) -> String {
-    format!("TIMESTAMP '{}'", t.format("%Y-%m-%dT%H:%M:%S%.9f"))
+    format!("arrow_cast('{}', 'Timestamp(Nanosecond, Some(\"+00:00\"))')", t.format("%Y-%m-%dT%H:%M:%S%.9fZ"))
 }
 
 /// A session over the lake with every view set of `sets` registered (the
@@ -135,7 +152,7 @@ async fn register_source(
         .list(&Lake::source_dir(&set.name))
         .await?
         .into_iter()
-        .filter(|o| o.size > 0)
+        .filter(|o| o.size > 0 && crate::lake::is_data_file(&o.location))
         .collect();
     let files: Vec<String> = objects.iter().map(|o| lake.relative(&o.location)).collect();
     for object in &objects {
@@ -171,7 +188,15 @@ async fn check_source_file(
         .with_force_view_types(false)
         .infer_schema(&ctx.state(), &lake.store(), std::slice::from_ref(object))
         .await
-        .map_err(|e| Error::schema(format!("source file {path}: not a Parquet file: {e}")))?;
+        .map_err(|e| match e {
+            // Reaching the store may work next time; a file that is not
+            // Parquet will not.
+            datafusion::error::DataFusionError::ObjectStore(_)
+            | datafusion::error::DataFusionError::IoError(_) => {
+                Error::msg(format!("source file {path}: {e}"))
+            }
+            e => Error::schema(format!("source file {path}: not a Parquet file: {e}")),
+        })?;
     for field in schema.fields() {
         match found.field_with_name(field.name()) {
             Err(_) => {
@@ -195,11 +220,13 @@ async fn check_source_file(
     Ok(())
 }
 
-/// Types equal, a timestamp's zone spelled `+00:00` or `UTC` alike, and
-/// nested fields' names aside (Parquet writers name a list's item
-/// `element` or `item`).
-fn same_type(a: &DataType, b: &DataType) -> bool {
-    match (a, b) {
+/// Types equal, a timestamp's zone spelled `+00:00` or `UTC` alike, nested
+/// fields' names aside (Parquet writers name a list's item `element` or
+/// `item`), and a dictionary the same as its values (a writer that does not
+/// store the Arrow schema, DuckDB or Spark, writes a dictionary column as
+/// its values; reading casts it).
+fn same_type(found: &DataType, catalog: &DataType) -> bool {
+    match (found, catalog) {
         (DataType::Timestamp(u1, z1), DataType::Timestamp(u2, z2)) => {
             let utc = |z: &Option<Arc<str>>| {
                 z.as_deref()
@@ -208,6 +235,28 @@ fn same_type(a: &DataType, b: &DataType) -> bool {
             };
             u1 == u2 && utc(z1) == utc(z2)
         }
-        _ => a.equals_datatype(b),
+        (f, DataType::Dictionary(_, values)) if !matches!(f, DataType::Dictionary(_, _)) => {
+            same_type(f, values)
+        }
+        _ => found.equals_datatype(catalog),
     }
+}
+
+/// `names` and, through the views among them, everything they read in
+/// turn: what a session must register for a view's queries.
+pub fn closure(sets: &[ViewSet], names: &[String]) -> Vec<ViewSet> {
+    let mut wanted: HashSet<String> = names.iter().cloned().collect();
+    loop {
+        let more: Vec<String> = sets
+            .iter()
+            .filter(|s| wanted.contains(&s.name))
+            .flat_map(|s| s.reads.iter().cloned())
+            .filter(|r| !wanted.contains(r))
+            .collect();
+        if more.is_empty() {
+            break;
+        }
+        wanted.extend(more);
+    }
+    sets.iter().filter(|s| wanted.contains(&s.name)).cloned().collect()
 }

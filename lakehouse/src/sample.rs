@@ -292,6 +292,9 @@ pub async fn write_sample(lake: &Lake, sets: &[ViewSet], o: &SampleOptions) -> R
     if o.end <= o.begin {
         return Err(Error::msg("--end must be after --begin"));
     }
+    if let Some(dir) = lake.url.strip_prefix("file://") {
+        std::fs::create_dir_all(dir).map_err(|e| Error::msg(format!("{}: {e}", lake.url)))?;
+    }
     let rows = generate(o);
     let mut report = Vec::new();
     for (source, rows) in rows {

@@ -64,6 +64,15 @@ impl std::fmt::Display for BucketReport {
     }
 }
 
+/// Which bucket widths a range is materialized at: the view's source
+/// delta, then its merge delta when wider (`Both`), or only one of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Widths {
+    Both,
+    Source,
+    Merge,
+}
+
 /// Whether a bucket is checked for freshness (materialize, refresh) or
 /// written from the source whatever it holds (regenerate).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,6 +123,12 @@ fn decide(existing: &[Partition], begin: DateTime<Utc>, end: DateTime<Utc>, sour
         return Decision::Create;
     }
     let sum: i64 = existing.iter().map(|p| p.source_count.unwrap_or(0)).sum();
+    if source < sum {
+        // Source data only grows: fewer rows than recorded means sources
+        // went missing (a wrong lake, a retention), and rewriting would
+        // replace good partitions with what is left. Regenerate to insist.
+        return Decision::Skip("the source count fell below the recorded one");
+    }
     if sum != source {
         return Decision::Create;
     }
@@ -143,7 +158,7 @@ pub async fn materialize_bucket(
         .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
     // Only what the view's queries read is registered (the catalog's
     // `reads`: every relation their planning resolved).
-    let read: Vec<ViewSet> = sets.iter().filter(|s| view.reads.contains(&s.name)).cloned().collect();
+    let read = read::closure(sets, &view.reads);
     let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked).await?;
     let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
     let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
@@ -175,13 +190,6 @@ pub async fn materialize_bucket(
             q.merge.replace("{source}", &format!("\"{table}\""))
         }
     };
-    let sql = match &q.merge_sort_order {
-        Some(columns) => format!(
-            "SELECT * FROM ({sql}) ORDER BY {}",
-            columns.iter().map(|c| format!("\"{c}\"")).collect::<Vec<_>>().join(", ")
-        ),
-        None => sql,
-    };
     let written = write(lake, &ctx, view, q, &sql, begin, end).await?;
     catalog::record(client, &view.name, begin, end, &view.schema_hash, source_count, &written).await?;
     Ok(report(written.num_rows, written.file_size))
@@ -200,10 +208,16 @@ async fn write(
     begin: DateTime<Utc>,
     end: DateTime<Utc>,
 ) -> Result<Written> {
-    let df = ctx
+    let mut df = ctx
         .sql(sql)
         .await
         .map_err(|e| Error::msg(format!("\"{}\": {e}", view.name)))?;
+    if let Some(columns) = &q.merge_sort_order {
+        // The file's order, which its partition records as sort_order.
+        df = df
+            .sort(columns.iter().map(|c| datafusion::prelude::ident(c).sort(true, false)).collect())
+            .map_err(|e| Error::msg(format!("\"{}\": merge_sort_order: {e}", view.name)))?;
+    }
     let mut stream = df
         .execute_stream()
         .await
@@ -352,8 +366,10 @@ pub fn buckets(begin: DateTime<Utc>, end: DateTime<Utc>, delta: i64) -> Vec<(Dat
 
 /// Materializes `view` over `[begin, end)`: its source-delta buckets, then,
 /// when its merge delta is wider, the merge-delta buckets (which merge the
-/// source partitions whose counts still match). `stop` is asked before each
-/// bucket (a job's cancellation): what is done stays done.
+/// source partitions whose counts still match); `widths` may keep one of
+/// the two. A regeneration writes the wider buckets from the source. `stop`
+/// is asked before each bucket (a job's cancellation): what is done stays
+/// done.
 pub async fn materialize_range(
     lake: &Lake,
     client: &Client,
@@ -363,6 +379,7 @@ pub async fn materialize_range(
     end: DateTime<Utc>,
     mode: Mode,
     checked: &CheckedFiles,
+    widths: Widths,
     mut each: impl FnMut(&BucketReport),
     stop: &dyn Fn() -> bool,
 ) -> Result<Vec<BucketReport>> {
@@ -371,12 +388,18 @@ pub async fn materialize_range(
         .as_ref()
         .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
     let mut reports = Vec::new();
-    let mut deltas = vec![q.source_delta_seconds];
-    if q.merge_delta_seconds > q.source_delta_seconds {
-        deltas.push(q.merge_delta_seconds);
-    }
-    for (i, delta) in deltas.into_iter().enumerate() {
-        let mode = if i == 0 { mode } else { Mode::IfStale };
+    let wider = q.merge_delta_seconds > q.source_delta_seconds;
+    let deltas = match (mode, widths) {
+        // A regeneration writes each bucket of the wider delta from the
+        // source: it contains whatever partitions exist (merged ones too),
+        // which the swap retires.
+        (Mode::Always, _) => vec![q.source_delta_seconds.max(q.merge_delta_seconds)],
+        (Mode::IfStale, Widths::Both) if wider => vec![q.source_delta_seconds, q.merge_delta_seconds],
+        (Mode::IfStale, Widths::Merge) if wider => vec![q.merge_delta_seconds],
+        (Mode::IfStale, Widths::Merge) => vec![],
+        (Mode::IfStale, _) => vec![q.source_delta_seconds],
+    };
+    for delta in deltas {
         for (b, e) in buckets(begin, end, delta) {
             if stop() {
                 return Ok(reports);
