@@ -16,6 +16,24 @@ use micromegas_views_lakehouse::catalog;
 use micromegas_views_lakehouse::write::{buckets, substitute};
 use std::sync::Arc;
 
+/// Every `*.parquet` file under `dir`, at any depth.
+fn parquet_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(parquet_files(&path));
+        } else if path.extension().is_some_and(|e| e == "parquet") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -34,22 +52,27 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             config.options_mut().execution.parquet.schema_force_view_types = false;
             let ctx = SessionContext::new_with_config(config);
             for source in sets.iter().filter(|s| s.queries.is_none()) {
-                let dir = format!("{lake}/sources/{}/", source.name);
-                if !std::path::Path::new(&dir).exists() {
+                let files = parquet_files(&std::path::PathBuf::from(format!("{lake}/sources/{}", source.name)));
+                if files.is_empty() {
                     continue;
                 }
+                let urls = files
+                    .iter()
+                    .map(|f| ListingTableUrl::parse(f.to_string_lossy().as_ref()))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let options = ListingOptions::new(Arc::new(ParquetFormat::default().with_force_view_types(false)))
                     .with_file_extension("");
-                let config = ListingTableConfig::new(ListingTableUrl::parse(&dir)?)
+                let config = ListingTableConfig::new_with_multi_paths(urls)
                     .with_listing_options(options)
                     .with_schema(source.schema.clone());
                 let all = format!("__{}__all", source.name);
                 ctx.register_table(&all, Arc::new(ListingTable::try_new(config)?))?;
                 let df = ctx
                     .sql(&format!(
-                        "SELECT * FROM \"{all}\" WHERE insert_time >= TIMESTAMP '{}' AND insert_time < TIMESTAMP '{}'",
-                        b.format("%Y-%m-%dT%H:%M:%S"),
-                        e.format("%Y-%m-%dT%H:%M:%S")
+                        "SELECT * FROM \"{all}\" WHERE insert_time >= arrow_cast('{}', 'Timestamp(Nanosecond, Some(\"+00:00\"))') \
+                         AND insert_time < arrow_cast('{}', 'Timestamp(Nanosecond, Some(\"+00:00\"))')",
+                        b.format("%Y-%m-%dT%H:%M:%SZ"),
+                        e.format("%Y-%m-%dT%H:%M:%SZ")
                     ))
                     .await?;
                 ctx.register_table(&source.name, df.into_view())?;
