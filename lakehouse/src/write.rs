@@ -138,6 +138,13 @@ fn decide(existing: &[Partition], begin: DateTime<Utc>, end: DateTime<Utc>, sour
     Decision::Skip("up to date")
 }
 
+/// The queries of a DDL view; a built-in is a source, not materialized.
+fn queries(view: &ViewSet) -> Result<&Queries> {
+    view.queries
+        .as_ref()
+        .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))
+}
+
 /// Materializes one bucket of `view` (a DDL view set); `sets` is the
 /// catalog, read again by the caller between update groups.
 #[allow(clippy::too_many_arguments)]
@@ -152,10 +159,7 @@ pub async fn materialize_bucket(
     checked: &CheckedFiles,
 ) -> Result<BucketReport> {
     let started = Instant::now();
-    let q = view
-        .queries
-        .as_ref()
-        .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
+    let q = queries(view)?;
     // Only what the view's queries read is registered (the catalog's
     // `reads`: every relation their planning resolved).
     let read = read::closure(sets, &view.reads);
@@ -383,10 +387,7 @@ pub async fn materialize_range(
     mut each: impl FnMut(&BucketReport),
     stop: &dyn Fn() -> bool,
 ) -> Result<Vec<BucketReport>> {
-    let q = view
-        .queries
-        .as_ref()
-        .ok_or_else(|| Error::msg(format!("\"{}\" is a built-in source, not a view to materialize", view.name)))?;
+    let q = queries(view)?;
     let mut reports = Vec::new();
     let wider = q.merge_delta_seconds > q.source_delta_seconds;
     let deltas = match (mode, widths) {
