@@ -105,8 +105,13 @@ run "SELECT file_path, file_size, expiration > now() AS waiting FROM micromegas.
 
 echo
 echo "-- data flowing: a sample lake, a view, the maintenance daemon, a query"
-kill "$worker" 2>/dev/null || true
-wait "$worker" 2>/dev/null || true
+# The example worker runs until it is stopped: SIGTERM is its only way out
+# (status 143); a worker that had already died, or ended otherwise, fails
+# the demo.
+kill "$worker"
+worker_status=0
+wait "$worker" 2>/dev/null || worker_status=$?
+[ "$worker_status" = 143 ] || { echo "demo: the job worker ended with status $worker_status"; exit 1; }
 trap '"$here/cluster.sh" stop' EXIT
 cargo build -q -p micromegas_views_daemon
 daemon="$CARGO_TARGET_DIR/debug/micromegas-views-daemon"

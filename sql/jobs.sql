@@ -186,8 +186,9 @@ BEGIN
 END
 $$;
 
--- Seed 002: regenerate [begin, end) in buckets of partition_delta_seconds —
--- every bucket written from the source, fresh or not.
+-- micromegas' regenerate_partitions: [begin, end) in buckets of
+-- partition_delta_seconds, every bucket written from the source, fresh or
+-- not.
 CREATE FUNCTION micromegas.regenerate_partitions(
   view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
 RETURNS TABLE ("time" timestamptz, msg text)

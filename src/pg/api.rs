@@ -383,6 +383,28 @@ fn try_prepare_row(
     Ok((key.0, prepared, sources))
 }
 
+/// A definitions row as the SQL functions receive it, its columns one by
+/// one.
+pub(super) fn row_input(
+    view_set_name: Option<String>,
+    definition_sql: Option<String>,
+    extract_query: Option<String>,
+    count_src_query: Option<String>,
+    merge_partitions_query: Option<String>,
+    update_group: Option<i32>,
+    view_options: Option<JsonB>,
+) -> RowInput {
+    RowInput {
+        view_set_name,
+        definition_sql,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        view_options: view_options.map(|j| j.0),
+    }
+}
+
 /// The columns `_mm_prepare_definition` returns: every derived column of
 /// a definitions row, the sources' hash last (0.1.6 to 0.1.8 return all but
 /// that one: src/pg/legacy.rs).
@@ -542,15 +564,15 @@ mod micromegas {
             name!(sources_hash, Option<Vec<u8>>),
         ),
     > {
-        let row = RowInput {
+        let row = row_input(
             view_set_name,
             definition_sql,
             extract_query,
             count_src_query,
             merge_partitions_query,
             update_group,
-            view_options: view_options.map(|j| j.0),
-        };
+            view_options,
+        );
         TableIterator::once(definition_columns(row, keep_failed))
     }
 
@@ -571,15 +593,15 @@ mod micromegas {
         update_group: Option<i32>,
         view_options: Option<JsonB>,
     ) -> bool {
-        let row = RowInput {
+        let row = row_input(
             view_set_name,
             definition_sql,
             extract_query,
             count_src_query,
             merge_partitions_query,
             update_group,
-            view_options: view_options.map(|j| j.0),
-        };
+            view_options,
+        );
         try_prepare_row(row, false, &[]).is_ok()
     }
 

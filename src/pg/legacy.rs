@@ -11,8 +11,8 @@
 use super::errors::OrRaise;
 use super::helper::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
-use micromegas_views_core::prepare::{self, RowInput};
-use super::api::{definition_columns, overrides_from, prepare_row, stored_row};
+use micromegas_views_core::prepare;
+use super::api::{definition_columns, overrides_from, prepare_row, row_input, stored_row};
 use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -59,15 +59,15 @@ fn definition_from_row(
     update_group: Option<i32>,
     view_options: Option<JsonB>,
 ) -> JsonB {
-    let row = RowInput {
+    let row = row_input(
         view_set_name,
         definition_sql,
         extract_query,
         count_src_query,
         merge_partitions_query,
         update_group,
-        view_options: view_options.map(|j| j.0),
-    };
+        view_options,
+    );
     JsonB(
         run_isolated(row, |row| {
             Ok(definition_value(&prepare::derive(row)?.definition))
@@ -190,15 +190,15 @@ fn prepare_definition(
         name!(warnings, JsonB),
     ),
 > {
-    let row = RowInput {
+    let row = row_input(
         view_set_name,
         definition_sql,
         extract_query,
         count_src_query,
         merge_partitions_query,
         update_group,
-        view_options: view_options.map(|j| j.0),
-    };
+        view_options,
+    );
     let (
         name,
         or_replace,
