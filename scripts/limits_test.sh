@@ -15,7 +15,11 @@
 #  - an admin's create of a 450-way join validated for seconds (60 s
 #    allowed) while another admin creates a view and a service registers a
 #    built-in under a 2 s lock_timeout: a write plans before it takes the
-#    catalog lock, so neither waits.
+#    catalog lock, so neither waits;
+#  - a reader's backend terminated in the middle of a validation: its helper
+#    is killed and reaped by the backend itself before it exits, never left
+#    to the init process (which, in a container, is often the postmaster,
+#    and restarts the cluster when a child it does not know dies).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -163,6 +167,53 @@ wait $admin || admin_status=$?
                  WHERE view_set_name IN ('admin_wide_join', 'during_admin_create')")" = 2 ] \
   || fail "the admin's create or the create meanwhile is missing"
 [ $status = "$status_before" ] && echo "limits: an admin's create validated for seconds before taking the catalog lock; another create and a registration meanwhile did not wait"
+
+# A FATAL exit in the middle of a call (a terminate here; a lost client or
+# a parallel worker stopped by its leader take the same path) skips the
+# call's unwinding: the helper is found and reaped at the backend's exit.
+# Its parent is sampled every few milliseconds until it is gone: it must
+# never be anything but the backend.
+psql -X -A -t -d "$db" -v ON_ERROR_STOP=0 -c "SET application_name = 'mmv_victim'" -f "$work/join.sql" >"$work/victim.out" 2>&1 &
+victim=$!
+backend=""
+for _ in $(seq 1 100); do
+  backend=$(psql -X -A -t -d postgres -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'mmv_victim' AND state = 'active'")
+  [ -n "$backend" ] && helper=$(pgrep -P "$backend" | head -n 1) && [ -n "$helper" ] && break
+  sleep 0.05
+done
+if [ -z "$backend" ] || [ -z "${helper:-}" ]; then
+  fail "no helper process was found under the reader's backend"
+else
+  python3 - "$backend" "$helper" >"$work/orphan.out" <<'PY' &
+import os, sys, time
+backend, helper = sys.argv[1], sys.argv[2]
+deadline = time.time() + 5
+seen = set()
+while time.time() < deadline:
+    try:
+        with open(f"/proc/{helper}/stat") as f:
+            ppid = f.read().rsplit(")", 1)[1].split()[1]
+    except (FileNotFoundError, ProcessLookupError):
+        break
+    seen.add(ppid)
+    time.sleep(0.002)
+others = sorted(p for p in seen if p != backend)
+print("orphaned, parent " + ",".join(others) if others else "reaped by its backend")
+PY
+  sampler=$!
+  sleep 0.2
+  psql -X -q -d postgres -c "SELECT pg_terminate_backend($backend)" >/dev/null
+  wait $sampler
+  victim_status=0
+  wait $victim || victim_status=$?
+  grep -q "terminating connection due to administrator command" "$work/victim.out" \
+    || fail "the reader's session was not terminated in its call (psql $victim_status): $(head -c 400 "$work/victim.out")"
+  if grep -qx "reaped by its backend" "$work/orphan.out"; then
+    echo "limits: a backend terminated during a validation reaped its helper before it exited"
+  else
+    fail "the helper of a terminated backend: $(cat "$work/orphan.out")"
+  fi
+fi
 
 now=$(psql -X -A -t -d postgres -c "SELECT pg_postmaster_start_time()")
 [ "$now" = "$started" ] || fail "the postmaster restarted ($started -> $now)"

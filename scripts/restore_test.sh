@@ -82,6 +82,35 @@ new -d mmv_second -c "CREATE SCHEMA btree_gist" -c "CREATE EXTENSION btree_gist 
   -c "CREATE EXTENSION micromegas_views" 2>"$work/second.log" || fail "CREATE EXTENSION in a second database failed: $(cat "$work/second.log")"
 if grep -q WARNING "$work/second.log"; then fail "CREATE EXTENSION in a second database warned: $(cat "$work/second.log")"; fi
 
+# 4. A definition its admin allowed more than the session's limit to
+# validate (a 150-way join, planned for far longer than 10 ms) is restored
+# even when the restoring session's validation_timeout is 10 ms: a restore
+# (a superuser with check_function_bodies off, as pg_restore runs)
+# validates under the most any role may allow. A COPY that fails one row
+# would load none of the table.
+psql -X -q -v ON_ERROR_STOP=1 -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS mmv_slow" -c "CREATE DATABASE mmv_slow"
+psql -X -q -v ON_ERROR_STOP=1 -d mmv_slow -c "$MMV_INSTALL_SQL"
+python3 - >"$work/slow.sql" <<'PY'
+joins = " ".join(f"JOIN log_entries e{i} ON e{i}.process_id = e0.process_id" for i in range(1, 150))
+extract = f"SELECT e0.time, e0.process_id FROM log_entries e0 {joins}"
+count = "SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''"
+print("SET micromegas_views.validation_timeout = '60s';")
+print("SELECT status FROM micromegas.mm_create_view($s$CREATE MATERIALIZED VIEW slow_join WITH (extract_query = '" + extract + "', "
+      "count_src_query = '" + count + "', "
+      "merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')$s$);")
+PY
+psql -X -q -v ON_ERROR_STOP=1 -d mmv_slow -f "$work/slow.sql" >/dev/null
+"$PG_BIN/pg_dump" -Fc -d mmv_slow -f "$work/slow.dump"
+new -d postgres -c "CREATE DATABASE mmv_slow_restored"
+if PGOPTIONS="-c micromegas_views.validation_timeout=10ms" \
+     "$PG_BIN/pg_restore" -h "$socket" -p "$port" -d mmv_slow_restored "$work/slow.dump" 2>"$work/slow_restore.log" \
+   && [ "$(new -A -t -d mmv_slow_restored -c "SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'slow_join' AND load_status = 'ok'")" = 1 ]; then
+  echo "restore: a definition that validates for longer than the session's validation_timeout is restored"
+else
+  fail "the restore of a slow definition under validation_timeout = 10ms: $(head -c 600 "$work/slow_restore.log")"
+fi
+psql -X -q -d postgres -c "DROP DATABASE mmv_slow"
+
 if grep -E "terminated by signal|was terminated by exception" "$work/postgres.log"; then fail "a backend crashed"; fi
 [ $status = 0 ] && echo "restore: passed"
 exit $status

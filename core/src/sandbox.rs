@@ -52,7 +52,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicIsize, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// Default memory budget of one call (`micromegas_views.validation_memory`).
@@ -317,8 +317,64 @@ pub fn helper_pid() -> Option<i32> {
 /// an orphan would be adopted by the init process, which in a container is
 /// often the postmaster, and the postmaster takes the exit of a child it
 /// does not know for a crash.
+///
+/// A helper in the middle of a call is not in `HELPER` but in the call's
+/// frame, which a FATAL exit (a terminate, a lost client, a parallel
+/// worker stopped by its leader) leaves without unwinding: its pid is
+/// kept in `IN_FLIGHT` for this.
 pub fn shutdown() {
+    let pid = IN_FLIGHT.swap(0, Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: our own child, not yet reaped (the call never returned),
+        // so the pid cannot name another process.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        reap(pid);
+    }
     drop(HELPER.with_borrow_mut(|h| h.take()));
+}
+
+/// The helper of the call in flight (0: none).
+static IN_FLIGHT: AtomicI32 = AtomicI32::new(0);
+
+/// Clears `IN_FLIGHT` when the call ends by returning or unwinding (both
+/// drop or keep the helper themselves); only an exit that skips both
+/// leaves it for [`shutdown`].
+struct InFlight;
+
+impl InFlight {
+    fn start(pid: libc::pid_t) -> InFlight {
+        IN_FLIGHT.store(pid, Ordering::SeqCst);
+        InFlight
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.store(0, Ordering::SeqCst);
+    }
+}
+
+/// A writer that calls `service` every mebibyte written, so that
+/// encoding a large request stays responsive to the host's interrupts.
+struct Serviced<'a, W> {
+    inner: W,
+    since: usize,
+    service: &'a mut dyn FnMut(),
+}
+
+impl<W: std::io::Write> std::io::Write for Serviced<'_, W> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.since += bytes.len();
+        if self.since >= 1 << 20 {
+            self.since = 0;
+            (self.service)();
+        }
+        self.inner.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
 }
 
 /// Counts what serializing the argument writes, stopping past `cap`: the
@@ -349,12 +405,16 @@ const HEADER_BYTES: usize = 48;
 /// is over the budget is refused without allocating it) and the buffer is
 /// asked of the allocator fallibly, once — the caller may be a Postgres
 /// backend, where a failed infallible allocation aborts the process.
-fn encode_request<A: Serialize>(arg: &A, budget: usize) -> Result<Vec<u8>> {
+fn encode_request<A: Serialize>(arg: &A, budget: usize, service: &mut dyn FnMut()) -> Result<Vec<u8>> {
     let encode_error = |e: serde_json::Error| {
         Error::internal("cannot encode a validation request").with_detail(e.to_string())
     };
     let mut measure = Measure { len: 0, cap: budget };
-    if let Err(e) = serde_json::to_writer(&mut measure, arg) {
+    let measured = serde_json::to_writer(
+        Serviced { inner: &mut measure, since: 0, service: &mut *service },
+        arg,
+    );
+    if let Err(e) = measured {
         return Err(if measure.len > budget {
             memory_limit_error(budget)
         } else {
@@ -367,7 +427,8 @@ fn encode_request<A: Serialize>(arg: &A, budget: usize) -> Result<Vec<u8>> {
     buf.extend_from_slice(&[0u8; HEADER_BYTES]);
     // Within the capacity just reserved: the same value serializes to the
     // same bytes.
-    serde_json::to_writer(&mut buf, arg).map_err(encode_error)?;
+    serde_json::to_writer(Serviced { inner: &mut buf, since: 0, service }, arg)
+        .map_err(encode_error)?;
     Ok(buf)
 }
 
@@ -384,7 +445,7 @@ where
     A: Serialize + DeserializeOwned,
     R: Serialize + DeserializeOwned,
 {
-    let mut request = encode_request(&arg, limits.memory_bytes)?;
+    let mut request = encode_request(&arg, limits.memory_bytes, &mut *service)?;
     drop(arg);
     let payload = request.len() - HEADER_BYTES;
     for (i, word) in [
@@ -414,6 +475,7 @@ where
         }
         None => spawn()?,
     };
+    let _in_flight = InFlight::start(helper.pid);
     helper.phase.clear();
     let outcome = exchange(
         helper.to_helper,
