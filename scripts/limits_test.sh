@@ -19,7 +19,8 @@
 #  - a reader's backend terminated in the middle of a validation: its helper
 #    is killed and reaped by the backend itself before it exits, never left
 #    to the init process (which, in a container, is often the postmaster,
-#    and restarts the cluster when a child it does not know dies).
+#    and restarts the cluster when a child it does not know dies);
+#  - 42 MB being encoded for the helper is cancelled by statement_timeout.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -167,6 +168,19 @@ wait $admin || admin_status=$?
                  WHERE view_set_name IN ('admin_wide_join', 'during_admin_create')")" = 2 ] \
   || fail "the admin's create or the create meanwhile is missing"
 [ $status = "$status_before" ] && echo "limits: an admin's create validated for seconds before taking the catalog lock; another create and a registration meanwhile did not wait"
+
+# Encoding a request for the helper services interrupts too: 42 MB of
+# control characters (6 bytes each once escaped) end with the statement's
+# 500 ms statement_timeout, not seconds later.
+begin_ms=$(date +%s%3N)
+q -c "SET ROLE micromegas_reader" -c "SET statement_timeout = '500ms'" \
+  -c "SELECT micromegas.mm_sql_hash(repeat(chr(1), 42000000))" >"$work/encode.out" 2>&1 && fail "the 42 MB fingerprint was not cancelled"
+took_ms=$(( $(date +%s%3N) - begin_ms ))
+if grep -q "canceling statement due to statement timeout" "$work/encode.out" && [ "$took_ms" -lt 2000 ]; then
+  echo "limits: a 42 MB request being encoded was cancelled by statement_timeout after ${took_ms} ms"
+else
+  fail "a 42 MB request being encoded: ${took_ms} ms, $(head -c 300 "$work/encode.out")"
+fi
 
 # A FATAL exit in the middle of a call (a terminate here; a lost client or
 # a parallel worker stopped by its leader take the same path) skips the

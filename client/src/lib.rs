@@ -25,6 +25,7 @@ use tokio::task::JoinHandle;
 use tokio_postgres::{AsyncMessage, Client};
 
 pub mod deny;
+pub mod keys;
 mod jobs;
 pub mod tls;
 pub use deny::{DenyMatcher, QueryAttributes};

@@ -52,44 +52,69 @@ fn delta(name: &str, options: &serde_json::Value, key: &str) -> Result<i64> {
 /// that have a schema.
 pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
     let snapshot = micromegas_views_client::load_snapshot(client).await?;
+    let builtins = builtins(client).await?;
+    combine(&snapshot.views, builtins)
+}
+
+/// The DDL definitions of a snapshot (a Watcher's, say) and the built-ins,
+/// in materialization order; a definition shadows a built-in of its name.
+pub fn combine(
+    definitions: &[micromegas_views_client::ViewDefinition],
+    builtins: Vec<ViewSet>,
+) -> Result<Vec<ViewSet>> {
     let mut out = Vec::new();
-    for v in snapshot.views {
-        let options = &v.view_options;
-        let column = |key: &str| {
-            options
-                .get(key)
-                .and_then(|c| c.as_str())
-                .map(str::to_string)
-                .ok_or_else(|| Error::msg(format!("\"{}\" has no {key}", v.name)))
-        };
-        let sort = options
-            .get("merge_sort_order")
-            .and_then(|s| s.as_array())
-            .map(|a| {
-                a.iter()
-                    .filter_map(|c| c.as_str().map(str::to_string))
-                    .collect::<Vec<_>>()
-            })
-            .filter(|a| !a.is_empty());
-        out.push(ViewSet {
-            schema: decode_schema(&v.name, &v.schema_ipc)?,
-            queries: Some(Queries {
-                extract: v.extract_query.clone(),
-                count_src: v.count_src_query.clone(),
-                merge: v.merge_partitions_query.clone(),
-                min_time_column: column("min_time_column")?,
-                max_time_column: column("max_time_column")?,
-                source_delta_seconds: delta(&v.name, options, "source_partition_delta")?,
-                merge_delta_seconds: delta(&v.name, options, "merge_partition_delta")?,
-                merge_sort_order: sort,
-                auto_refresh: v.auto_refresh,
-            }),
-            name: v.name,
-            update_group: v.update_group,
-            schema_hash: v.schema_hash,
-            reads: v.reads,
-        });
+    for v in definitions {
+        out.push(from_definition(v)?);
     }
+    for b in builtins {
+        if !out.iter().any(|v| v.name == b.name) {
+            out.push(b);
+        }
+    }
+    out.sort_by(|a, b| (a.update_group, &a.name).cmp(&(b.update_group, &b.name)));
+    Ok(out)
+}
+
+fn from_definition(v: &micromegas_views_client::ViewDefinition) -> Result<ViewSet> {
+    let options = &v.view_options;
+    let column = |key: &str| {
+        options
+            .get(key)
+            .and_then(|c| c.as_str())
+            .map(str::to_string)
+            .ok_or_else(|| Error::msg(format!("\"{}\" has no {key}", v.name)))
+    };
+    let sort = options
+        .get("merge_sort_order")
+        .and_then(|s| s.as_array())
+        .map(|a| {
+            a.iter()
+                .filter_map(|c| c.as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        })
+        .filter(|a| !a.is_empty());
+    Ok(ViewSet {
+        schema: decode_schema(&v.name, &v.schema_ipc)?,
+        queries: Some(Queries {
+            extract: v.extract_query.clone(),
+            count_src: v.count_src_query.clone(),
+            merge: v.merge_partitions_query.clone(),
+            min_time_column: column("min_time_column")?,
+            max_time_column: column("max_time_column")?,
+            source_delta_seconds: delta(&v.name, options, "source_partition_delta")?,
+            merge_delta_seconds: delta(&v.name, options, "merge_partition_delta")?,
+            merge_sort_order: sort,
+            auto_refresh: v.auto_refresh,
+        }),
+        name: v.name.clone(),
+        update_group: v.update_group,
+        schema_hash: v.schema_hash.clone(),
+        reads: v.reads.clone(),
+    })
+}
+
+/// The registered built-ins that have a schema (the sources), by name.
+pub async fn builtins(client: &Client) -> Result<Vec<ViewSet>> {
     let rows = client
         .query(
             "SELECT view_set_name, coalesce(update_group, 0), schema_ipc, schema_hash \
@@ -98,11 +123,9 @@ pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
             &[],
         )
         .await?;
+    let mut out = Vec::new();
     for row in rows {
         let name: String = row.get(0);
-        if out.iter().any(|v| v.name == name) {
-            continue;
-        }
         let ipc: String = row.get(2);
         out.push(ViewSet {
             schema: decode_schema(&name, &ipc)?,
@@ -113,7 +136,6 @@ pub async fn view_sets(client: &Client) -> Result<Vec<ViewSet>> {
             name,
         });
     }
-    out.sort_by(|a, b| (a.update_group, &a.name).cmp(&(b.update_group, &b.name)));
     Ok(out)
 }
 

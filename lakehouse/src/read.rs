@@ -41,8 +41,14 @@ fn memory_limit() -> usize {
 }
 
 pub fn new_context() -> SessionContext {
+    new_context_with(memory_limit())
+}
+
+/// A session whose operators may use `memory_bytes` in all, past which
+/// sorts and aggregations spill or the query fails.
+pub fn new_context_with(memory_bytes: usize) -> SessionContext {
     let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-        .with_memory_limit(memory_limit(), 1.0)
+        .with_memory_limit(memory_bytes, 1.0)
         .build_arc()
         .expect("a runtime environment");
     let mut config = SessionConfig::new()
@@ -81,24 +87,37 @@ pub async fn session(
         if Some(set.name.as_str()) == skip {
             continue;
         }
-        match &set.queries {
-            None => register_source(&ctx, lake, set, range, checked).await?,
-            Some(q) => {
-                let parts =
-                    catalog::partitions(client, &set.name, &set.schema_hash, range).await?;
-                let files: Vec<String> = parts
-                    .iter()
-                    .filter(|p| p.num_rows > 0)
-                    .filter_map(|p| p.file_path.clone())
-                    .collect();
-                let table = format!("__{}__partitions", set.name);
-                register_files(&ctx, lake, &table, set.schema.clone(), &files)?;
-                let merge = q.merge.replace("{source}", &format!("\"{table}\""));
-                register_view(&ctx, &set.name, &merge).await?;
-            }
-        }
+        register_set(&ctx, lake, client, set, range, checked).await?;
     }
     Ok(ctx)
+}
+
+/// Registers one view set in `ctx` under its name: a source over its
+/// files, a view as its merge query over its partitions of the current
+/// schema hash (registered as `__<view>__partitions`).
+pub async fn register_set(
+    ctx: &SessionContext,
+    lake: &Lake,
+    client: &Client,
+    set: &ViewSet,
+    range: InsertRange,
+    checked: &CheckedFiles,
+) -> Result<()> {
+    match &set.queries {
+        None => register_source(ctx, lake, set, range, checked).await,
+        Some(q) => {
+            let parts = catalog::partitions(client, &set.name, &set.schema_hash, range).await?;
+            let files: Vec<String> = parts
+                .iter()
+                .filter(|p| p.num_rows > 0)
+                .filter_map(|p| p.file_path.clone())
+                .collect();
+            let table = format!("__{}__partitions", set.name);
+            register_files(ctx, lake, &table, set.schema.clone(), &files)?;
+            let merge = q.merge.replace("{source}", &format!("\"{table}\""));
+            register_view(ctx, &set.name, &merge).await
+        }
+    }
 }
 
 /// Registers `name` as the result of `sql` in `ctx`.

@@ -16,8 +16,6 @@ pub use ids::resolve_id;
 use axum::http::HeaderName;
 use axum::Router;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
-use serde::Deserialize;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -26,61 +24,7 @@ use tower_http::trace::TraceLayer;
 
 pub const REQUEST_ID: &str = "x-request-id";
 
-/// One API key: its name (recorded as the actor), the secret, and the
-/// Postgres role its requests run as.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ApiKey {
-    pub name: String,
-    pub key: String,
-    pub role: String,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeyFile {
-    pub keys: Vec<ApiKey>,
-}
-
-impl KeyFile {
-    /// Reads and checks a key file: at least one key, names and secrets
-    /// non-empty and unique.
-    pub fn load(path: &std::path::Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
-        let file: KeyFile = serde_json::from_str(&text)
-            .map_err(|e| format!("key file {} is not valid: {e}", path.display()))?;
-        if file.keys.is_empty() {
-            return Err(format!("key file {} has no key", path.display()));
-        }
-        let mut names = std::collections::HashSet::new();
-        let mut secrets = std::collections::HashMap::new();
-        for k in &file.keys {
-            if k.name.trim().is_empty() || k.key.len() < 16 || k.role.trim().is_empty() {
-                return Err(format!(
-                    "key file {}: every key needs a name, a role and a secret of at least 16 characters",
-                    path.display()
-                ));
-            }
-            if !names.insert(k.name.clone()) {
-                return Err(format!(
-                    "key file {}: two keys are named \"{}\" (key names must be unique)",
-                    path.display(),
-                    k.name
-                ));
-            }
-            // Never the secret itself: the names of the keys that share it.
-            if let Some(first) = secrets.insert(k.key.clone(), k.name.clone()) {
-                return Err(format!(
-                    "key file {}: keys \"{first}\" and \"{}\" have the same secret (secrets must be unique)",
-                    path.display(),
-                    k.name
-                ));
-            }
-        }
-        Ok(file)
-    }
-}
+pub use micromegas_views_client::keys::{ApiKey, KeyFile};
 
 /// Who a request runs as.
 #[derive(Debug, Clone)]
@@ -174,7 +118,7 @@ pub struct AppState {
     /// The TLS connector of the pool's connections (to cancel with).
     pub tls: micromegas_views_client::tls::Connector,
     pub namespace: Vec<String>,
-    keys: Option<HashMap<String, ApiKey>>,
+    keys: Option<KeyFile>,
     pub statement_timeout: Duration,
 }
 
@@ -189,27 +133,13 @@ impl AppState {
         };
         let secret =
             secret.ok_or("missing credentials: send Authorization: Bearer <key> or x-api-key")?;
-        // Every key is compared, in constant time each, whatever matches.
-        let mut found = None;
-        for key in keys.values() {
-            if constant_time_eq(key.key.as_bytes(), secret.as_bytes()) {
-                found = Some(key);
-            }
-        }
-        found
+        keys.find(secret)
             .map(|k| Identity {
                 actor: k.name.clone(),
                 role: Some(k.role.clone()),
             })
             .ok_or("invalid API key")
     }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// A pool of connections configured like the CLI's (a libpq-style string,
@@ -245,9 +175,7 @@ pub fn pool(dsn: &str, size: usize) -> Result<Database, String> {
 /// structured request logs, a body limit, timeouts, and panics answered as
 /// a 500 instead of a dropped connection.
 pub fn app(database: Database, config: Config) -> Router {
-    let keys = config
-        .keys
-        .map(|f| f.keys.into_iter().map(|k| (k.name.clone(), k)).collect());
+    let keys = config.keys;
     let state = Arc::new(AppState {
         health: Health::new(),
         pool: database.pool,

@@ -48,11 +48,13 @@ fn keys() -> KeyFile {
                 name: "ci-admin".into(),
                 key: ADMIN_KEY.into(),
                 role: "mmv_http_admin".into(),
+                claims: Default::default(),
             },
             ApiKey {
                 name: "dashboards".into(),
                 key: READER_KEY.into(),
                 role: "mmv_http_reader".into(),
+                claims: Default::default(),
             },
         ],
     }

@@ -35,11 +35,13 @@ async fn serve(request_timeout: Duration, body_limit: usize) -> String {
                 name: "spec-admin".into(),
                 key: ADMIN_KEY.into(),
                 role: "mmv_spec_admin".into(),
+                claims: Default::default(),
             },
             ApiKey {
                 name: "spec-reader".into(),
                 key: READER_KEY.into(),
                 role: "mmv_spec_reader".into(),
+                claims: Default::default(),
             },
         ],
     };
