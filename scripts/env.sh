@@ -55,3 +55,17 @@ export MMV_INSTALL_SQL="SET micromegas_views.adopt_existing_roles = on;
 CREATE SCHEMA IF NOT EXISTS btree_gist;
 CREATE EXTENSION IF NOT EXISTS btree_gist SCHEMA btree_gist;
 CREATE EXTENSION micromegas_views;"
+
+# The Python tools the services' suites check against (DuckDB as an oracle,
+# pyarrow, moto's S3 server, ADBC's FlightSQL driver), in one venv; prints
+# its python.
+lake_venv() {
+  local venv="$MMV_STATE/venv-lake"
+  if ! "$venv/bin/python" -c "import duckdb, pyarrow, moto, boto3, adbc_driver_flightsql" 2>/dev/null; then
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2
+    "$venv/bin/pip" install --quiet --disable-pip-version-check "duckdb==2.0.1" "pyarrow==26.0.1" \
+      "moto[server]==5.2.5" "boto3" "adbc-driver-flightsql==1.13.0" "adbc-driver-manager==1.13.0" >&2
+  fi
+  echo "$venv/bin/python"
+}

@@ -39,14 +39,7 @@ root="$(cd "$here/.." && pwd)"
 status=0
 fail() { echo "lakehouse: $*"; status=1; }
 
-venv="$MMV_STATE/venv-lake"
-if ! "$venv/bin/python" -c "import duckdb, pyarrow, moto, boto3" 2>/dev/null; then
-  rm -rf "$venv"
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet --disable-pip-version-check "duckdb==2.0.1" "pyarrow==26.0.1" \
-    "moto[server]==5.2.5" "boto3"
-fi
-py="$venv/bin/python"
+py="$(lake_venv)"
 
 (cd "$root" && cargo build --quiet -p micromegas_views_daemon)
 daemon="$CARGO_TARGET_DIR/debug/micromegas-views-daemon"
@@ -362,7 +355,7 @@ esac
 # The same on S3: an S3-compatible server (moto) on loopback, a bucket, the
 # sample written there with the same seed as a local copy DuckDB reads.
 s3_port=$((MMV_PORT + 300))
-"$venv/bin/moto_server" -H 127.0.0.1 -p "$s3_port" >"$MMV_RUN/moto.log" 2>&1 &
+"$(dirname "$py")/moto_server" -H 127.0.0.1 -p "$s3_port" >"$MMV_RUN/moto.log" 2>&1 &
 moto=$!
 trap 'kill $moto 2>/dev/null' EXIT
 export AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing AWS_REGION=us-east-1

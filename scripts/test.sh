@@ -20,9 +20,9 @@ root="$(cd "$here/.." && pwd)"
 source "$here/env.sh"
 cd "$root"
 
-echo "== core and lakehouse unit tests (cargo test)"
+echo "== core, lakehouse and FlightSQL unit tests (cargo test)"
 unit=0
-cargo test -p micromegas_views_core -p micromegas_views_lakehouse || unit=1
+cargo test -p micromegas_views_core -p micromegas_views_lakehouse -p micromegas_views_flight || unit=1
 
 # Every suite against one PostgreSQL version; prints how many failed.
 suites() {
@@ -125,6 +125,15 @@ if (
   trap '"$here/cluster.sh" stop' EXIT
   "$here/lakehouse_test.sh"
 ); then lakehouse=passed; else lakehouse=failed; fi
+echo "== [PostgreSQL $services_pg] the FlightSQL service with ADBC and pyarrow.flight (scripts/flight_test.sh)"
+if (
+  export MMV_PG="$services_pg"
+  unset PG_CONFIG PG_BIN PGXS_DIR MMV_PORT
+  source "$here/env.sh"
+  "$here/cluster.sh" start
+  trap '"$here/cluster.sh" stop' EXIT
+  "$here/flight_test.sh"
+); then flight=passed; else flight=failed; fi
 
 # pg_upgrade between two of the versions just built and installed (15's
 # Debian build cannot be the old side: see "pg_upgrade" in docs/operations.md).
@@ -145,4 +154,6 @@ echo "pg_upgrade 16 -> 18: $upgrade"
 [ "$upgrade" != failed ] || status=1
 echo "maintenance daemon over a sample lake (PostgreSQL $services_pg): $lakehouse"
 [ "$lakehouse" = passed ] || status=1
+echo "FlightSQL service (PostgreSQL $services_pg): $flight"
+[ "$flight" = passed ] || status=1
 exit $status

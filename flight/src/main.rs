@@ -1,0 +1,160 @@
+//! micromegas-views-flight: the FlightSQL service.
+//!   micromegas-views-flight --dsn "host=… dbname=…" --lake file:///lake --keys keys.json
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+use clap::Parser;
+use micromegas_views_client::keys::KeyFile;
+use micromegas_views_flight::service::FlightSql;
+use micromegas_views_flight::state::{Settings, State};
+use micromegas_views_lakehouse::lake::Lake;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "micromegas-views-flight", version, about = "Arrow FlightSQL over the micromegas_views lake")]
+struct Args {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:50051")]
+    listen: String,
+    /// The primary (libpq style; unset parts from PGHOST, PGPORT, …): DDL,
+    /// admin functions and deny hits go there. The login role must be a
+    /// member of micromegas_service and able to SET ROLE to every key's role.
+    #[arg(long, default_value = "")]
+    dsn: String,
+    /// Where the catalog is read from (a hot standby, say); default: --dsn.
+    #[arg(long)]
+    catalog_dsn: Option<String>,
+    /// The lake: file:///path or s3://bucket/prefix.
+    #[arg(long, env = "MICROMEGAS_VIEWS_LAKE")]
+    lake: String,
+    /// JSON key file: {"keys": [{"name", "key", "role", "claims": {"user_id", "email", "groups", "admin"}}]}.
+    #[arg(long, env = "MICROMEGAS_VIEWS_FLIGHT_KEYS")]
+    keys: PathBuf,
+    /// Memory one query's operators may use, in MiB (past it a query spills or fails).
+    #[arg(long, default_value_t = 1024)]
+    query_memory_mb: usize,
+    /// A query is stopped past this many seconds.
+    #[arg(long, default_value_t = 300)]
+    query_timeout_seconds: u64,
+    /// Queries planned or running at once (the others wait their turn).
+    #[arg(long, default_value_t = 4)]
+    max_concurrent_queries: usize,
+    /// Statement timeout of each Postgres transaction, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    statement_timeout_ms: u64,
+    /// Connections in each pool.
+    #[arg(long, default_value_t = 8)]
+    pool_size: usize,
+    /// Threads of the runtime queries run on.
+    #[arg(long, default_value_t = 2)]
+    query_threads: usize,
+}
+
+fn pool(dsn: &str, size: usize, what: &str) -> Result<deadpool_postgres::Pool, String> {
+    let (config, tls) = micromegas_views_client::connection(dsn).map_err(|e| format!("invalid {what}: {e}"))?;
+    let manager = deadpool_postgres::Manager::from_config(
+        config,
+        tls,
+        deadpool_postgres::ManagerConfig {
+            recycling_method: deadpool_postgres::RecyclingMethod::Fast,
+        },
+    );
+    deadpool_postgres::Pool::builder(manager)
+        .max_size(size)
+        .wait_timeout(Some(Duration::from_secs(5)))
+        .create_timeout(Some(Duration::from_secs(5)))
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .map_err(|e| format!("cannot build the connection pool: {e}"))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let fail = |message: String| {
+        eprintln!("micromegas-views-flight: {message}");
+        ExitCode::from(2)
+    };
+    let query_runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.query_threads.max(1))
+        .thread_name("query")
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the query runtime: {e}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail(format!("cannot start the runtime: {e}")),
+    };
+    let result = runtime.block_on(async {
+        let keys = KeyFile::load(&args.keys)?;
+        let lake = Lake::open(&args.lake).map_err(|e| e.to_string())?;
+        let catalog_dsn = args.catalog_dsn.clone().unwrap_or_else(|| args.dsn.clone());
+        let settings = Settings {
+            lake,
+            primary: pool(&args.dsn, args.pool_size, "--dsn")?,
+            catalog: pool(&catalog_dsn, args.pool_size, "--catalog-dsn")?,
+            catalog_dsn,
+            keys,
+            query_memory_bytes: args.query_memory_mb << 20,
+            query_timeout: Duration::from_secs(args.query_timeout_seconds),
+            statement_timeout: Duration::from_millis(args.statement_timeout_ms),
+            max_concurrent_queries: args.max_concurrent_queries,
+        };
+        let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);
+        let address = args
+            .listen
+            .parse()
+            .map_err(|e| format!("--listen {}: {e}", args.listen))?;
+        let listener = tokio::net::TcpListener::bind::<std::net::SocketAddr>(address)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+        let bound = listener.local_addr().map_err(|e| e.to_string())?;
+        // The line a supervisor (or a test) waits for.
+        println!("micromegas-views-flight: listening on {bound}");
+        let service = FlightServiceServer::new(FlightSql { state })
+            .max_decoding_message_size(16 << 20)
+            .max_encoding_message_size(64 << 20);
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream_listener(listener),
+                async {
+                    tokio::signal::ctrl_c().await.ok();
+                },
+            )
+            .await
+            .map_err(|e| format!("the server stopped: {e}"))
+    });
+    query_runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn tokio_stream_listener(
+    listener: tokio::net::TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::stream::unfold(listener, |listener| async move {
+        let next = listener.accept().await.map(|(stream, _)| {
+            stream.set_nodelay(true).ok();
+            stream
+        });
+        Some((next, listener))
+    })
+}

@@ -1,0 +1,411 @@
+//! The FlightSQL protocol over [`State`]: statements and prepared
+//! statements (`GetFlightInfo` then `DoGet`; a ticket or handle carries the
+//! statement, so any replica answers it and each call is authenticated and
+//! checked again), DDL as an update, and the metadata a generic client
+//! lists views with.
+
+use crate::access::{identify, Caller};
+use crate::state::State;
+use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementQuery, CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt,
+    SqlInfo, TicketStatementQuery,
+};
+use arrow_flight::{
+    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage,
+    SchemaAsIpc, Ticket,
+};
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::Schema;
+use datafusion::arrow::ipc::writer::IpcWriteOptions;
+use futures::{stream, Stream, StreamExt};
+use prost::Message;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The catalog and schema every view set is listed in (DataFusion's
+/// defaults, so that `datafusion.public.<view>` names one too).
+pub const CATALOG: &str = "datafusion";
+pub const SCHEMA: &str = "public";
+
+#[derive(Clone)]
+pub struct FlightSql {
+    pub state: Arc<State>,
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+fn sql_info() -> &'static SqlInfoData {
+    static INFO: OnceLock<SqlInfoData> = OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut b = SqlInfoDataBuilder::new();
+        b.append(SqlInfo::FlightSqlServerName, "micromegas-views-flight");
+        b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        b.append(SqlInfo::FlightSqlServerArrowVersion, "1.3");
+        b.append(SqlInfo::FlightSqlServerReadOnly, false);
+        b.append(SqlInfo::FlightSqlServerSql, true);
+        b.append(SqlInfo::FlightSqlServerSubstrait, false);
+        b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+        b.append(SqlInfo::FlightSqlServerCancel, false);
+        b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+        b.append(SqlInfo::SqlDdlCatalog, false);
+        b.append(SqlInfo::SqlDdlSchema, false);
+        b.append(SqlInfo::SqlDdlTable, false);
+        b.build().expect("static SqlInfo")
+    })
+}
+
+fn statement_text(bytes: &[u8]) -> Result<String, Status> {
+    String::from_utf8(bytes.to_vec())
+        .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8 text"))
+}
+
+fn encode(schema: Arc<Schema>, batches: impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static) -> DoGetStream {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        // Dictionaries stay dictionaries: the schema a FlightInfo states
+        // is the schema the data comes in.
+        .with_dictionary_handling(DictionaryHandling::Resend)
+        .build(batches.map(|r| r.map_err(FlightError::from)))
+        .map(|r| r.map_err(Status::from));
+    Box::pin(stream)
+}
+
+fn one_batch<E: std::fmt::Display>(batch: Result<RecordBatch, E>) -> Result<Response<DoGetStream>, Status> {
+    let batch = batch.map_err(|e| Status::internal(e.to_string()))?;
+    let schema = batch.schema();
+    Ok(Response::new(encode(schema, stream::once(async { Ok(batch) }))))
+}
+
+fn flight_info(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -> Result<FlightInfo, Status> {
+    Ok(FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("cannot encode the schema: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+        .with_descriptor(descriptor))
+}
+
+impl FlightSql {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        identify(
+            &self.state.settings.keys,
+            &self.state.admins,
+            request.metadata(),
+            request.remote_addr(),
+        )
+    }
+
+    async fn answer(&self, caller: &Caller, sql: &str) -> Result<Response<DoGetStream>, Status> {
+        let answer = self.state.execute(caller, sql).await?;
+        let batches = tokio_stream_from(answer.batches);
+        Ok(Response::new(encode(answer.schema, batches)))
+    }
+}
+
+fn tokio_stream_from(
+    mut receiver: tokio::sync::mpsc::Receiver<Result<RecordBatch, Status>>,
+) -> impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static {
+    stream::poll_fn(move |cx| receiver.poll_recv(cx))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for FlightSql {
+    type FlightService = FlightSql;
+
+    /// Basic credentials whose password is a key answer that key as the
+    /// bearer token (what ADBC's username/password option expects); a
+    /// bearer key is echoed back.
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>, Status> {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string();
+        let token = match header.split_once(' ') {
+            Some((scheme, encoded)) if scheme.eq_ignore_ascii_case("basic") => {
+                use base64::Engine;
+                let decoded = base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .map_err(|_| Status::unauthenticated("the Basic credentials are not base64"))?;
+                let text = String::from_utf8(decoded)
+                    .map_err(|_| Status::unauthenticated("the Basic credentials are not text"))?;
+                text.split_once(':').map(|(_, p)| p.to_string()).unwrap_or(text)
+            }
+            Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") => t.trim().to_string(),
+            _ => return Err(Status::unauthenticated("missing credentials: send authorization: Bearer <key>")),
+        };
+        self.state
+            .settings
+            .keys
+            .find(&token)
+            .ok_or_else(|| Status::unauthenticated("invalid API key"))?;
+        let bearer = format!("Bearer {token}");
+        let output = stream::iter(vec![Ok(HandshakeResponse {
+            protocol_version: 0,
+            payload: token.into_bytes().into(),
+        })]);
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> = Response::new(Box::pin(output));
+        response.metadata_mut().insert(
+            "authorization",
+            bearer.parse().map_err(|_| Status::unauthenticated("invalid API key"))?,
+        );
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let caller = self.caller(&request)?;
+        let schema = self.state.describe_statement(&caller, &query.query).await?;
+        let ticket = TicketStatementQuery {
+            statement_handle: query.query.into_bytes().into(),
+        };
+        let info = flight_info(&schema, ticket.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let caller = self.caller(&request)?;
+        let sql = statement_text(&ticket.statement_handle)?;
+        self.answer(&caller, &sql).await
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let caller = self.caller(&request)?;
+        let schema = self.state.describe_statement(&caller, &query.query).await?;
+        let options = IpcWriteOptions::default();
+        let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &options)
+            .try_into()
+            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        let parameters = SchemaAsIpc::new(&Schema::empty(), &options)
+            .try_into()
+            .map(|IpcMessage(b)| b)
+            .map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: query.query.into_bytes().into(),
+            dataset_schema,
+            parameter_schema: parameters,
+        })
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        _query: ActionClosePreparedStatementRequest,
+        request: Request<arrow_flight::Action>,
+    ) -> Result<(), Status> {
+        // The handle is the statement itself: nothing is held to free.
+        self.caller(&request)?;
+        Ok(())
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let caller = self.caller(&request)?;
+        let sql = statement_text(&query.prepared_statement_handle)?;
+        let schema = self.state.describe_statement(&caller, &sql).await?;
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let caller = self.caller(&request)?;
+        let sql = statement_text(&query.prepared_statement_handle)?;
+        self.answer(&caller, &sql).await
+    }
+
+    /// Parameters are not supported: a statement carries its values.
+    async fn do_put_prepared_statement_query(
+        &self,
+        _query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        self.caller(&request)?;
+        Err(Status::unimplemented(
+            "bound parameters are not supported: write the values into the statement",
+        ))
+    }
+
+    /// `CREATE [OR REPLACE] MATERIALIZED VIEW` and `DROP MATERIALIZED VIEW`
+    /// sent as an update: one row affected.
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let caller = self.caller(&request)?;
+        if crate::functions::ddl_kind(&command.query).is_none() {
+            return Err(Status::invalid_argument(
+                "only CREATE [OR REPLACE] MATERIALIZED VIEW and DROP MATERIALIZED VIEW are updates; send a query as a statement query",
+            ));
+        }
+        let mut answer = self.state.execute(&caller, &command.query).await?;
+        while let Some(batch) = answer.batches.recv().await {
+            batch?;
+        }
+        Ok(1)
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder().schema();
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let mut builder = query.into_builder();
+        builder.append(CATALOG);
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder().schema();
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let mut builder = query.into_builder();
+        builder.append(CATALOG, SCHEMA);
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder().schema();
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    /// Every view set a query can name, with its stored schema.
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let sets = self.state.view_sets().await?;
+        let mut builder = query.into_builder();
+        for set in sets.iter() {
+            builder
+                .append(CATALOG, SCHEMA, &set.name, "TABLE", &set.schema)
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        one_batch(builder.build())
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = Schema::new(vec![datafusion::arrow::datatypes::Field::new(
+            "table_type",
+            datafusion::arrow::datatypes::DataType::Utf8,
+            false,
+        )]);
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_table_types(
+        &self,
+        _query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        let schema = Arc::new(Schema::new(vec![datafusion::arrow::datatypes::Field::new(
+            "table_type",
+            datafusion::arrow::datatypes::DataType::Utf8,
+            false,
+        )]));
+        one_batch(RecordBatch::try_new(
+            schema,
+            vec![Arc::new(datafusion::arrow::array::StringArray::from(vec!["TABLE"]))],
+        ))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        let schema = query.clone().into_builder(sql_info()).schema();
+        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        one_batch(query.into_builder(sql_info()).build())
+    }
+
+    async fn do_get_fallback(
+        &self,
+        request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.caller(&request)?;
+        Err(Status::unimplemented(format!("unsupported ticket: {}", message.type_url)))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

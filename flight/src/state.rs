@@ -1,0 +1,551 @@
+//! The service's state: the key file, the live catalog, deny list and
+//! audience grants, the Postgres pools, and how one statement is run —
+//! denied or not, as DDL in Postgres, or planned and executed by
+//! DataFusion on the query runtime with its own memory pool and deadline.
+
+use crate::access::{is_admin_recovery, Caller};
+use crate::functions::{self, Call, Ddl, Prefetched, ADMIN_FUNCTIONS, READER_FUNCTIONS};
+use crate::tables::LakeSchema;
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::datasource::MemTable;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::prelude::SessionContext;
+use datafusion::execution::context::SQLOptions;
+use futures::StreamExt;
+use micromegas_views_client::keys::KeyFile;
+use micromegas_views_client::{
+    AudienceGrants, Config, Definitions, DenyList, DenyMatcher, Source, Watching,
+};
+use micromegas_views_lakehouse::catalog::{self, ViewSet};
+use micromegas_views_lakehouse::lake::Lake;
+use micromegas_views_lakehouse::read::{self, CheckedFiles};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+use tonic::Status;
+
+/// How the service runs.
+pub struct Settings {
+    pub lake: Lake,
+    /// Writes (DDL, admin functions, deny hits): the primary.
+    pub primary: deadpool_postgres::Pool,
+    /// Reads of the catalog (may be a hot standby).
+    pub catalog: deadpool_postgres::Pool,
+    pub catalog_dsn: String,
+    pub keys: KeyFile,
+    /// Memory one query's operators may use (DataFusion's memory pool).
+    pub query_memory_bytes: usize,
+    /// A query is stopped past this, planning and streaming included.
+    pub query_timeout: Duration,
+    /// Postgres statements of a request are cancelled past this.
+    pub statement_timeout: Duration,
+    /// Queries planned or executing at once; the others wait their turn.
+    pub max_concurrent_queries: usize,
+}
+
+/// A value kept current by a watcher, loaded once before serving.
+pub struct Live<S: Source> {
+    current: Arc<RwLock<Arc<S::Value>>>,
+    _watching: Watching<S>,
+}
+
+impl<S: Source> Live<S> {
+    pub async fn start(client: &tokio_postgres::Client, config: Config) -> Result<Self, String> {
+        let first = S::load(client)
+            .await
+            .map_err(|e| format!("cannot load the {}: {}", S::NAME, crate::describe_db_error(&e)))?;
+        let current = Arc::new(RwLock::new(Arc::new(first)));
+        let watching = Watching::<S>::spawn(config);
+        let mut receiver = watching.subscribe();
+        let target = current.clone();
+        tokio::spawn(async move {
+            while receiver.changed().await.is_ok() {
+                let value = receiver.borrow_and_update().clone();
+                let mut current = target.write().expect("live lock");
+                if S::version_of(&value) >= S::version_of(&current) {
+                    *current = value;
+                }
+            }
+        });
+        Ok(Live {
+            current,
+            _watching: watching,
+        })
+    }
+
+    pub fn get(&self) -> Arc<S::Value> {
+        self.current.read().expect("live lock").clone()
+    }
+
+    /// Waits (at most `limit`) until the value is at `version` or later.
+    pub async fn wait_for(&self, version: i64, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
+            if S::version_of(&self.get()) >= version {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+pub struct State {
+    pub settings: Settings,
+    /// Whether each key role is a member of micromegas_admin.
+    pub admins: HashMap<String, bool>,
+    pub definitions: Live<Definitions>,
+    pub deny: Live<DenyList>,
+    pub grants: Live<AudienceGrants>,
+    matcher: Mutex<Option<Arc<DenyMatcher>>>,
+    sets: Mutex<Option<(i64, Arc<Vec<ViewSet>>)>>,
+    checked: CheckedFiles,
+    permits: Arc<Semaphore>,
+    /// DataFusion's work runs here, apart from the runtime that answers
+    /// calls: a heavy query does not stall another client's metadata call.
+    query_runtime: tokio::runtime::Handle,
+}
+
+/// A statement's answer: its schema and its batches as they come.
+pub struct Answer {
+    pub schema: SchemaRef,
+    pub batches: mpsc::Receiver<Result<RecordBatch, Status>>,
+}
+
+impl State {
+    pub async fn start(settings: Settings, query_runtime: tokio::runtime::Handle) -> Result<State, String> {
+        let object = settings
+            .primary
+            .get()
+            .await
+            .map_err(|e| format!("cannot connect to the primary: {e}"))?;
+        let mut admins = HashMap::new();
+        for key in &settings.keys.keys {
+            let row = object
+                .query_one(
+                    "SELECT pg_has_role($1::text::name, 'micromegas_admin', 'MEMBER'), \
+                            pg_has_role(current_user, $1::text::name, 'MEMBER')",
+                    &[&key.role],
+                )
+                .await
+                .map_err(|e| format!("key \"{}\": role \"{}\": {}", key.name, key.role, crate::describe_db_error(&e)))?;
+            let (admin, reachable): (bool, bool) = (row.get(0), row.get(1));
+            if !reachable {
+                return Err(format!(
+                    "key \"{}\": the service's login role cannot SET ROLE to \"{}\" (GRANT \"{}\" TO the login role)",
+                    key.name, key.role, key.role
+                ));
+            }
+            if let Some(claimed) = key.claims.admin {
+                if claimed != admin {
+                    return Err(format!(
+                        "key \"{}\": its claims say admin={claimed} but role \"{}\" is {}a member of micromegas_admin",
+                        key.name,
+                        key.role,
+                        if admin { "" } else { "not " }
+                    ));
+                }
+            }
+            admins.insert(key.role.clone(), admin);
+        }
+        drop(object);
+        let catalog = settings
+            .catalog
+            .get()
+            .await
+            .map_err(|e| format!("cannot connect to the catalog: {e}"))?;
+        let config = Config::new(settings.catalog_dsn.clone());
+        let definitions = Live::start(&catalog, config.clone()).await?;
+        let deny = Live::start(&catalog, config.clone()).await?;
+        let grants = Live::start(&catalog, config).await?;
+        drop(catalog);
+        let permits = Arc::new(Semaphore::new(settings.max_concurrent_queries.max(1)));
+        let state = State {
+            settings,
+            admins,
+            definitions,
+            deny,
+            grants,
+            matcher: Mutex::new(None),
+            sets: Mutex::new(None),
+            checked: CheckedFiles::default(),
+            permits,
+            query_runtime,
+        };
+        state.view_sets().await.map_err(|e| e.message().to_string())?;
+        Ok(state)
+    }
+
+    /// Every view set, from the live definitions and the built-ins.
+    pub async fn view_sets(&self) -> Result<Arc<Vec<ViewSet>>, Status> {
+        let snapshot = self.definitions.get();
+        if let Some((version, sets)) = &*self.sets.lock().expect("sets lock") {
+            if *version == snapshot.version {
+                return Ok(sets.clone());
+            }
+        }
+        let object = self.settings.catalog.get().await.map_err(pool_status)?;
+        let builtins = catalog::builtins(&object).await.map_err(lake_status)?;
+        let sets = Arc::new(catalog::combine(&snapshot.views, builtins).map_err(lake_status)?);
+        *self.sets.lock().expect("sets lock") = Some((snapshot.version, sets.clone()));
+        Ok(sets)
+    }
+
+    /// The compiled deny list, rebuilt when its version moves; a list that
+    /// does not compile keeps the last good one.
+    fn matcher(&self) -> Option<Arc<DenyMatcher>> {
+        let snapshot = self.deny.get();
+        let mut current = self.matcher.lock().expect("matcher lock");
+        if current.as_ref().map(|m| m.version()) != Some(snapshot.version) {
+            match DenyMatcher::new(&snapshot) {
+                Ok(m) => *current = Some(Arc::new(m)),
+                Err(e) => tracing::error!(version = snapshot.version, "the deny list does not compile, keeping the last good one: {e}"),
+            }
+        }
+        current.clone()
+    }
+
+    /// Refuses a statement a deny rule matches (RESOURCE_EXHAUSTED, naming
+    /// the rule and its reason) and records the hit; an admin's recovery
+    /// statements pass.
+    pub fn check_denied(&self, caller: &Caller, sql: &str) -> Result<(), Status> {
+        if is_admin_recovery(caller, sql) {
+            return Ok(());
+        }
+        let Some(matcher) = self.matcher() else {
+            return Ok(());
+        };
+        let mut attributes = caller.attributes.clone();
+        attributes.sql_hash = micromegas_views_core::deny::sql_hash(sql).ok();
+        attributes.sql = Some(sql.to_string());
+        let rule = match matcher.first_denial(&attributes) {
+            Ok(Some(rule)) => rule.clone(),
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                tracing::error!("deny list: {e}");
+                return Ok(());
+            }
+        };
+        let pool = self.settings.primary.clone();
+        let id = rule.rule_id.clone();
+        tokio::spawn(async move {
+            let recorded = async {
+                let object = pool.get().await.map_err(|e| e.to_string())?;
+                object
+                    .execute(
+                        "SELECT micromegas.mm_record_query_denial_hits($1::text[]::uuid[], now())",
+                        &[&vec![id.clone()]],
+                    )
+                    .await
+                    .map_err(|e| crate::describe_db_error(&e))
+            };
+            if let Err(e) = recorded.await {
+                tracing::warn!(rule = %id, "cannot record a deny hit: {e}");
+            }
+        });
+        tracing::info!(rule = %rule.rule_id, key = %caller.key.name, "query denied");
+        Err(Status::resource_exhausted(format!(
+            "query denied by rule {}: {}",
+            rule.rule_id, rule.reason
+        )))
+    }
+
+    /// A transaction on the primary as the caller: its key's role, its
+    /// key's name as the actor, the service's statement timeout.
+    async fn as_caller<'a>(
+        &self,
+        object: &'a mut deadpool_postgres::Object,
+        caller: &Caller,
+    ) -> Result<deadpool_postgres::Transaction<'a>, Status> {
+        let tx = object.transaction().await.map_err(|e| db_status(&e))?;
+        let timeout = format!("{}ms", self.settings.statement_timeout.as_millis());
+        tx.execute(
+            "SELECT set_config('micromegas_views.actor', $1, true), set_config('statement_timeout', $2, true), \
+                    set_config('standard_conforming_strings', 'on', true), set_config('role', $3, true)",
+            &[&caller.key.name, &timeout, &caller.key.role],
+        )
+        .await
+        .map_err(|e| db_status(&e))?;
+        Ok(tx)
+    }
+
+    /// Runs a DDL statement with the extension's function under the
+    /// caller's role and answers its one row; once committed, waits (up to
+    /// two seconds) for the live catalog to hold it, so that the caller's
+    /// next query sees it.
+    pub async fn run_ddl(&self, caller: &Caller, kind: Ddl, sql: &str) -> Result<RecordBatch, Status> {
+        let function = match kind {
+            Ddl::Create => "mm_create_view",
+            Ddl::Drop => "mm_drop_view",
+        };
+        let mut object = self.settings.primary.get().await.map_err(pool_status)?;
+        let tx = self.as_caller(&mut object, caller).await?;
+        let row = tx
+            .query_one(
+                &format!("SELECT view_set_name::text, status::text, version FROM micromegas.{function}($1)"),
+                &[&sql],
+            )
+            .await
+            .map_err(|e| db_status(&e))?;
+        tx.commit().await.map_err(|e| db_status(&e))?;
+        let (name, status, version): (Option<String>, Option<String>, Option<i64>) =
+            (row.get(0), row.get(1), row.get(2));
+        if let Some(v) = version {
+            self.definitions.wait_for(v, Duration::from_secs(2)).await;
+        }
+        RecordBatch::try_new(
+            functions::ddl_schema(),
+            vec![
+                Arc::new(StringArray::from(vec![name])),
+                Arc::new(StringArray::from(vec![status])),
+            ],
+        )
+        .map_err(|e| Status::internal(e.to_string()))
+    }
+
+    /// The table functions a caller has, with the calls `sql` makes run
+    /// (`execute`) or only described, in one transaction as the caller.
+    async fn table_functions(
+        &self,
+        caller: &Caller,
+        sql: &str,
+        execute: bool,
+    ) -> Result<Vec<Prefetched>, Status> {
+        let mut names: Vec<&str> = READER_FUNCTIONS.to_vec();
+        if caller.admin {
+            names.extend(ADMIN_FUNCTIONS);
+        }
+        let calls: Vec<Call> = functions::calls(sql, &names).map_err(Status::invalid_argument)?;
+        let mut out: Vec<Prefetched> = names
+            .iter()
+            .map(|n| Prefetched {
+                name: n.to_string(),
+                tables: HashMap::new(),
+            })
+            .collect();
+        if calls.is_empty() {
+            return Ok(out);
+        }
+        let mut object = self.settings.primary.get().await.map_err(pool_status)?;
+        let tx = self.as_caller(&mut object, caller).await?;
+        for call in calls {
+            let (select, schema) = functions::describe(&tx, &call.postgres_sql())
+                .await
+                .map_err(|e| db_status(&e))?;
+            let batches = if execute {
+                let rows = tx.query(&select, &[]).await.map_err(|e| db_status(&e))?;
+                vec![functions::to_batch(&schema, &rows).map_err(|e| Status::internal(e.to_string()))?]
+            } else {
+                vec![]
+            };
+            let table = MemTable::try_new(schema, vec![batches]).map_err(df_status)?;
+            let f = out.iter_mut().find(|f| f.name == call.name).expect("a known function");
+            f.tables.insert(call.args, Arc::new(table));
+        }
+        tx.commit().await.map_err(|e| db_status(&e))?;
+        Ok(out)
+    }
+
+    /// A session for one statement of `caller`.
+    async fn session(&self, caller: &Caller, sql: &str, execute: bool) -> Result<SessionContext, Status> {
+        let sets = self.view_sets().await?;
+        let readable = caller
+            .readable_audiences(&self.grants.get())
+            .map(Arc::new);
+        let ctx = read::new_context_with(self.settings.query_memory_bytes);
+        self.settings.lake.register(&ctx);
+        let inner = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
+        let schema = LakeSchema::new(
+            self.settings.lake.clone(),
+            self.settings.catalog.clone(),
+            sets,
+            self.checked.clone(),
+            readable,
+            inner,
+        );
+        ctx.catalog("datafusion")
+            .expect("the default catalog")
+            .register_schema("public", Arc::new(schema))
+            .map_err(df_status)?;
+        for f in self.table_functions(caller, sql, execute).await? {
+            ctx.register_udtf(&f.name.clone(), Arc::new(f));
+        }
+        Ok(ctx)
+    }
+
+    /// The schema a statement answers with (nothing is run: a DDL
+    /// statement's fixed schema, a query planned with its table functions
+    /// described).
+    pub async fn describe_statement(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<SchemaRef, Status> {
+        self.check_denied(caller, sql)?;
+        if functions::ddl_kind(sql).is_some() {
+            return Ok(functions::ddl_schema());
+        }
+        let state = self.clone();
+        let caller = caller.clone();
+        let sql = sql.to_string();
+        let deadline = Instant::now() + self.settings.query_timeout;
+        let permits = self.permits.clone();
+        self.on_query_runtime(async move {
+            let _permit = acquire(&permits, deadline).await?;
+            tokio::time::timeout_at(deadline, async {
+                let ctx = state.session(&caller, &sql, false).await?;
+                let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
+                Ok(Arc::new(df.schema().as_arrow().clone()))
+            })
+            .await
+            .map_err(|_| timeout_status(&state))?
+        })
+        .await
+    }
+
+    /// Runs a statement: DDL in Postgres, a query on the query runtime.
+    /// The batches stop at the deadline, on an error, or when the caller
+    /// goes away (its receiver dropped), and the query's work with them.
+    pub async fn execute(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<Answer, Status> {
+        self.check_denied(caller, sql)?;
+        if let Some(kind) = functions::ddl_kind(sql) {
+            let batch = self.run_ddl(caller, kind, sql).await?;
+            let (sender, batches) = mpsc::channel(1);
+            let schema = batch.schema();
+            sender.send(Ok(batch)).await.ok();
+            return Ok(Answer { schema, batches });
+        }
+        let state = self.clone();
+        let caller = caller.clone();
+        let sql = sql.to_string();
+        let deadline = Instant::now() + self.settings.query_timeout;
+        let permits = self.permits.clone();
+        let (sender, batches) = mpsc::channel::<Result<RecordBatch, Status>>(2);
+        let (schema_sender, schema) = oneshot::channel::<Result<SchemaRef, Status>>();
+        self.query_runtime.spawn(async move {
+            let started = async {
+                let permit = acquire(&permits, deadline).await?;
+                let stream = tokio::time::timeout_at(deadline, async {
+                    let ctx = state.session(&caller, &sql, true).await?;
+                    let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
+                    df.execute_stream().await.map_err(df_status)
+                })
+                .await
+                .map_err(|_| timeout_status(&state))??;
+                Ok::<_, Status>((permit, stream))
+            };
+            let (_permit, mut stream): (_, SendableRecordBatchStream) = match started.await {
+                Ok(s) => s,
+                Err(e) => {
+                    schema_sender.send(Err(e)).ok();
+                    return;
+                }
+            };
+            if schema_sender.send(Ok(stream.schema())).is_err() {
+                return;
+            }
+            loop {
+                let next = tokio::select! {
+                    _ = sender.closed() => return,
+                    next = tokio::time::timeout_at(deadline, stream.next()) => next,
+                };
+                let item = match next {
+                    Err(_) => Some(Err(timeout_status(&state))),
+                    Ok(None) => None,
+                    Ok(Some(r)) => Some(r.map_err(df_status)),
+                };
+                let Some(item) = item else { return };
+                let stop = item.is_err();
+                if sender.send(item).await.is_err() || stop {
+                    return;
+                }
+            }
+        });
+        let schema = schema
+            .await
+            .map_err(|_| Status::internal("the query ended before it answered"))??;
+        Ok(Answer { schema, batches })
+    }
+
+    /// Runs `work` on the query runtime and waits for it.
+    async fn on_query_runtime<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = Result<T, Status>> + Send + 'static,
+    ) -> Result<T, Status> {
+        self.query_runtime
+            .spawn(work)
+            .await
+            .map_err(|e| Status::internal(format!("the query failed: {e}")))?
+    }
+}
+
+async fn acquire(
+    permits: &Arc<Semaphore>,
+    deadline: Instant,
+) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+    tokio::time::timeout_at(deadline, permits.clone().acquire_owned())
+        .await
+        .map_err(|_| Status::resource_exhausted("too many queries running: none finished before this one's deadline"))?
+        .map_err(|_| Status::unavailable("the service is stopping"))
+}
+
+fn timeout_status(state: &State) -> Status {
+    Status::deadline_exceeded(format!(
+        "the query ran past the service's query timeout ({} s)",
+        state.settings.query_timeout.as_secs_f64()
+    ))
+}
+
+/// Queries only: no DDL, no DML, no SET or other statement of DataFusion's
+/// own (the catalog's DDL is recognised before planning).
+fn sql_options() -> SQLOptions {
+    SQLOptions::new()
+        .with_allow_ddl(false)
+        .with_allow_dml(false)
+        .with_allow_statements(false)
+}
+
+/// A DataFusion error as a gRPC status: what the caller wrote wrong is
+/// INVALID_ARGUMENT, memory past the pool RESOURCE_EXHAUSTED.
+pub fn df_status(e: DataFusionError) -> Status {
+    let root = e.find_root();
+    match root {
+        DataFusionError::ResourcesExhausted(m) => Status::resource_exhausted(format!("the query needs more memory than a query may use: {m}")),
+        DataFusionError::Plan(_)
+        | DataFusionError::SQL(..)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::NotImplemented(_) => Status::invalid_argument(root.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+fn lake_status(e: micromegas_views_lakehouse::Error) -> Status {
+    Status::internal(e.message)
+}
+
+fn pool_status(e: deadpool_postgres::PoolError) -> Status {
+    Status::unavailable(format!("the database is unavailable: {e}"))
+}
+
+/// A Postgres error as a gRPC status, by SQLSTATE class, with the
+/// extension's message (and its DETAIL and HINT).
+pub fn db_status(e: &tokio_postgres::Error) -> Status {
+    let Some(db) = e.as_db_error() else {
+        return Status::unavailable(format!("the database is unavailable: {e}"));
+    };
+    let message = crate::describe_db_error(e);
+    let code = db.code().code();
+    match code {
+        "42501" => Status::permission_denied(message),
+        "42704" | "P0002" => Status::not_found(message),
+        "42710" | "23505" | "42P07" => Status::already_exists(message),
+        "57014" => Status::deadline_exceeded(message),
+        "40001" | "40P01" | "55P03" => Status::aborted(message),
+        c if c.starts_with("53") || c.starts_with("54") => Status::resource_exhausted(message),
+        c if c.starts_with("22") || c.starts_with("42") => Status::invalid_argument(message),
+        c if c.starts_with("08") || c.starts_with("57") => Status::unavailable(message),
+        _ => Status::internal(message),
+    }
+}

@@ -1,0 +1,276 @@
+"""The FlightSQL service's suite, with clients nobody here wrote: ADBC's
+FlightSQL driver (adbc-driver-flightsql) and pyarrow.flight, against a
+running micromegas-views-flight; DuckDB over the same source Parquet files
+is the oracle of every row count and every row.
+
+Environment: FLIGHT (grpc://host:port), DAEMON (the daemon binary), LAKE
+(the lake's directory), DSN (a superuser's connection string, for the
+daemon and for psql), DB (the database), BEGIN, END, and the keys
+ADMIN_KEY, ALICE_KEY (groups team-a), BOB_KEY (no group).
+"""
+import os, subprocess, sys, time
+import duckdb
+import pyarrow as pa
+import pyarrow.flight as fl
+import adbc_driver_flightsql.dbapi as flightsql
+from adbc_driver_flightsql import DatabaseOptions
+
+E = os.environ
+failures = []
+
+
+def check(ok, what):
+    print(("flight: " if ok else "flight: FAILED: ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def connect(key, headers=None):
+    kwargs = {DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {key}"}
+    for k, v in (headers or {}).items():
+        kwargs[f"{DatabaseOptions.RPC_CALL_HEADER_PREFIX.value}{k}"] = v
+    return flightsql.connect(E["FLIGHT"], db_kwargs=kwargs, autocommit=True)
+
+
+def query(conn, sql):
+    with conn.cursor() as cur:
+        cur.execute(sql)
+        return cur.fetch_arrow_table()
+
+
+def error_of(conn, sql):
+    try:
+        query(conn, sql)
+    except Exception as e:  # the driver's error, as a client sees it
+        return str(e)
+    return None
+
+
+def psql(sql):
+    out = subprocess.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d", E["DB"], "-c", sql],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr)
+    return out.stdout.strip()
+
+
+def normalize(table):
+    cols = []
+    for col in table.columns:
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col = col.cast(t.value_type)
+            t = col.type
+        if pa.types.is_timestamp(t):
+            col = col.cast(pa.timestamp("ns", tz="UTC")).cast(pa.int64())
+        cols.append(col.to_pylist())
+    rows = list(zip(*cols)) if cols else []
+    return sorted(rows, key=lambda r: tuple((v is None, str(v)) for v in r))
+
+
+lake, begin, end = E["LAKE"], E["BEGIN"], E["END"]
+duck = duckdb.connect()
+duck.execute("SET TimeZone = 'UTC'")
+src = lambda name: f"read_parquet('{lake}/sources/{name}/**/*.parquet')"
+window = f"insert_time >= TIMESTAMPTZ '{begin}' AND insert_time < TIMESTAMPTZ '{end}'"
+
+
+def inlist(audiences):
+    return "(" + ", ".join(f"'{a}'" for a in sorted(audiences)) + ")"
+
+
+def oracle_log_counts(audiences=None):
+    where = window if audiences is None else f"{window} AND audience IN {inlist(audiences)}"
+    return duck.sql(f"""
+        SELECT time_bucket(INTERVAL 1 hour, time, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS hour,
+               process_id, level, audience, count(*) AS n
+          FROM {src('log_entries')} WHERE {where} GROUP BY ALL""").to_arrow_table()
+
+
+def oracle_blocks_per_process(audiences=None):
+    visible = "" if audiences is None else f"""AND process_id IN (
+        SELECT process_id FROM {src('log_entries')} WHERE audience IN {inlist(audiences)}
+        UNION SELECT process_id FROM {src('measures')} WHERE audience IN {inlist(audiences)})"""
+    return duck.sql(f"""
+        SELECT process_id, time_bucket(INTERVAL 1 hour, insert_time, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS hour,
+               count(*) AS blocks, sum(nb_objects) AS objects
+          FROM {src('blocks')} WHERE {window} {visible} GROUP BY ALL""").to_arrow_table()
+
+
+admin = connect(E["ADMIN_KEY"])
+alice = connect(E["ALICE_KEY"], {"x-client-type": "notebook-tests"})
+bob = connect(E["BOB_KEY"])
+ALICE = {"public", "team-a"}
+BOB = {"public"}
+
+def statement_command(sql):
+    """A FlightSQL CommandStatementQuery in its protobuf Any, encoded by
+    hand (pyarrow.flight carries it without knowing FlightSQL)."""
+    def field(number, data):
+        n, out = len(data), bytearray([number << 3 | 2])
+        while True:
+            out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+            n >>= 7
+            if not n:
+                return bytes(out) + data
+    return field(1, b"type.googleapis.com/arrow.flight.protocol.sql.CommandStatementQuery") + \
+        field(2, field(1, sql.encode()))
+
+
+# --- Who is calling -------------------------------------------------------
+client = fl.FlightClient(E["FLIGHT"])
+try:
+    client.get_flight_info(fl.FlightDescriptor.for_command(statement_command("SELECT 1")))
+    check(False, "a call without credentials was answered")
+except fl.FlightUnauthenticatedError as e:
+    check("missing credentials" in str(e), "a call without credentials is UNAUTHENTICATED (pyarrow.flight)")
+options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {E['BOB_KEY']}".encode())])
+info = client.get_flight_info(fl.FlightDescriptor.for_command(statement_command("SELECT 40 + 2 AS answer")), options)
+answer = client.do_get(info.endpoints[0].ticket, options).read_all().to_pylist()
+check(answer == [{"answer": 42}], f"pyarrow.flight runs a statement with a bearer key: {answer}")
+bad = connect("nobody-has-this-key-0123456789")
+e = error_of(bad, "SELECT 1")
+check(e is not None and "Unauthenticated" in e and "nobody-has-this-key" not in e,
+      f"an unknown key is UNAUTHENTICATED and not echoed (ADBC: {e and e.splitlines()[0]})")
+# Basic credentials through Handshake answer a bearer token (pyarrow's own helper).
+pair = client.authenticate_basic_token("alice", E["ALICE_KEY"])
+check(pair[0] == b"authorization" and pair[1] == f"Bearer {E['ALICE_KEY']}".encode(),
+      "a Handshake with Basic credentials answers the bearer header")
+
+# --- DDL through FlightSQL ------------------------------------------------
+LOG_COUNTS = """CREATE MATERIALIZED VIEW log_counts WITH (
+  extract_query = 'SELECT date_bin(''1 hour'', time) AS hour, process_id, level, audience, count(*) AS n
+                     FROM log_entries WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''
+                    GROUP BY 1, process_id, level, audience',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE array_has("streams.tags", ''log'')
+                       AND insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT hour, process_id, level, audience, sum(n) AS n FROM {source}
+                              GROUP BY hour, process_id, level, audience',
+  update_group = 3100, time_column = 'hour')"""
+created = query(admin, LOG_COUNTS).to_pylist()
+check(created == [{"view_set_name": "log_counts", "status": "created"}],
+      f"an admin's CREATE MATERIALIZED VIEW through FlightSQL answers one row: {created}")
+e = error_of(alice, LOG_COUNTS.replace("log_counts", "alice_view"))
+check(e is not None and "PermissionDenied" in e and "42501" in e,
+      f"a reader's CREATE is PERMISSION_DENIED with the extension's message ({e and e.splitlines()[0][:160]})")
+e = error_of(alice, "DROP MATERIALIZED VIEW log_counts")
+check(e is not None and "PermissionDenied" in e, "a reader's DROP is PERMISSION_DENIED")
+for f in ["deny_queries('sql_hash = ''x''', 'r')", "list_query_denials()", "retire_partitions('log_counts', 'global', '2026-01-01', '2026-01-02')",
+          "materialize_partitions('log_counts', '2026-01-01', '2026-01-02', 3600)"]:
+    e = error_of(alice, f"SELECT * FROM {f}")
+    check(e is not None and "not found" in e, f"for a reader, {f.split('(')[0]}() does not exist")
+seen = query(alice, "SELECT view_set_name FROM list_view_sets() WHERE view_set_name = 'log_counts'").to_pylist()
+check(seen == [{"view_set_name": "log_counts"}], "a reader's list_view_sets() names the new view")
+
+# The daemon materializes the day.
+subprocess.run([E["DAEMON"], "materialize", "--lake", f"file://{lake}", "--dsn", E["DSN"], "--begin", begin, "--end", end,
+                "--view", "log_counts", "--view", "blocks_per_process"], check=True, capture_output=True)
+parts = query(admin, "SELECT count(*) AS n FROM list_partitions('log_counts') WHERE num_rows > 0").to_pylist()[0]["n"]
+check(parts > 0, f"list_partitions() through FlightSQL shows the daemon's {parts} partitions")
+
+# --- Rows by audience, in the plan ------------------------------------------
+want_all = normalize(oracle_log_counts())
+got = normalize(query(admin, "SELECT * FROM log_counts"))
+check(got == want_all and len(got) > 0, f"an admin reads every row of log_counts ({len(got)} rows, DuckDB {len(want_all)})")
+for who, conn, audiences in [("alice", alice, ALICE), ("bob", bob, BOB)]:
+    want = normalize(oracle_log_counts(audiences))
+    got = normalize(query(conn, "SELECT * FROM log_counts"))
+    check(got == want and 0 < len(got) < len(want_all),
+          f"{who} reads exactly the rows of audiences {sorted(audiences)} ({len(got)} of {len(want_all)})")
+    total = sum(r[-1] for r in want)
+    shapes = {
+        "a subquery": "SELECT sum(n) AS s FROM (SELECT * FROM log_counts) q",
+        "a CTE": "WITH c AS (SELECT * FROM log_counts) SELECT sum(n) AS s FROM c",
+        "a UNION": "SELECT sum(n) AS s FROM (SELECT n FROM log_counts UNION ALL SELECT n FROM log_counts WHERE level < 0) u",
+        "a join": "SELECT sum(l.n) AS s FROM log_counts l JOIN (SELECT DISTINCT process_id FROM log_counts) p ON l.process_id = p.process_id",
+        "a qualified name": "SELECT sum(n) AS s FROM datafusion.public.log_counts",
+        "a scalar subquery": "SELECT (SELECT sum(n) FROM log_counts) AS s",
+        "an IN subquery": "SELECT sum(n) AS s FROM log_counts WHERE process_id IN (SELECT process_id FROM log_counts)",
+        "a self-join on audience": "SELECT sum(a.n) AS s FROM log_counts a JOIN (SELECT DISTINCT audience FROM log_counts) b ON a.audience = b.audience",
+    }
+    for shape, sql in shapes.items():
+        s = query(conn, sql).to_pylist()[0]["s"]
+        check(s == total, f"{who}: {shape} does not widen the rows (sum {s}, DuckDB {total})")
+    aud = {r["a"] for r in query(conn, "SELECT DISTINCT CAST(audience AS VARCHAR) AS a FROM log_counts").to_pylist()}
+    check(aud <= audiences, f"{who} sees audiences {sorted(aud)} only")
+    src_count = query(conn, "SELECT count(*) AS c FROM log_entries").to_pylist()[0]["c"]
+    want_src = duck.sql(f"SELECT count(*) FROM {src('log_entries')} WHERE audience IN {inlist(audiences)}").fetchall()[0][0]
+    check(src_count == want_src, f"{who}: the source log_entries is filtered too ({src_count}, DuckDB {want_src})")
+    # A view without an audience column: a process's rows show to whoever
+    # reads the audience that process's rows carry.
+    want_p = normalize(oracle_blocks_per_process(audiences))
+    got_p = normalize(query(conn, "SELECT * FROM blocks_per_process"))
+    check(got_p == want_p, f"{who}: blocks_per_process (no audience column) shows the processes of its audiences ({len(got_p)} rows, DuckDB {len(want_p)})")
+e = error_of(alice, "SELECT * FROM __log_counts__partitions")
+check(e is not None and "not found" in e, "the raw partitions table is not reachable")
+e = error_of(alice, "CREATE TABLE t AS SELECT 1")
+check(e is not None, "DataFusion's own DDL is refused")
+got_p = normalize(query(admin, "SELECT * FROM blocks_per_process"))
+check(got_p == normalize(oracle_blocks_per_process()), "an admin reads every row of blocks_per_process")
+
+# A prepared statement (ADBC prepares it on the server) answers the same.
+with alice.cursor() as cur:
+    cur.adbc_prepare("SELECT sum(n) AS s FROM log_counts")
+    cur.execute("SELECT sum(n) AS s FROM log_counts")
+    s = cur.fetch_arrow_table().to_pylist()[0]["s"]
+check(s == sum(r[-1] for r in normalize(oracle_log_counts(ALICE))), "a prepared statement is filtered like a statement")
+
+# --- Metadata ---------------------------------------------------------------
+objects = alice.adbc_get_objects(depth="all").read_all().to_pylist()
+tables = {t["table_name"]: [c["column_name"] for c in t["table_columns"]]
+          for cat in objects for s in cat["catalog_db_schemas"] for t in s["db_schema_tables"]}
+check(tables.get("log_counts") == ["hour", "process_id", "level", "audience", "n"] and "log_entries" in tables,
+      f"GetTables lists the views and sources with their columns ({len(tables)} tables)")
+schema = alice.adbc_get_table_schema("log_counts")
+check(schema.names == ["hour", "process_id", "level", "audience", "n"], f"the table schema of log_counts: {schema}")
+info = alice.adbc_get_info()
+check(info.get("vendor_name") == "micromegas-views-flight", f"GetSqlInfo names the server: {info.get('vendor_name')}")
+
+# --- The deny list ---------------------------------------------------------
+offender = "SELECT level, sum(n) AS n FROM log_counts GROUP BY level"
+h = psql(f"SELECT micromegas.mm_sql_hash($q${offender}$q$)")
+rule = query(admin, f"SELECT * FROM deny_queries('sql_hash = ''{h}'' AND client = ''notebook-tests''', 'too slow for a notebook')").to_pylist()
+rule_id = psql("SELECT rule_id FROM micromegas.query_deny_list ORDER BY created_at DESC LIMIT 1")
+time.sleep(0.2)
+e = error_of(alice, offender.replace("GROUP BY", "  group by"))
+check(e is not None and "ResourceExhausted" in e and f"query denied by rule {rule_id}: too slow for a notebook" in e,
+      f"a query matching a rule by its hash (spaced and cased otherwise) is RESOURCE_EXHAUSTED naming the rule")
+check(error_of(bob, offender) is None, "the same query from another client is not denied")
+time.sleep(0.5)
+hits = query(admin, "SELECT rule_id, last_hit_at FROM list_query_denials()").to_pylist()
+check(any(r["rule_id"] == rule_id and r["last_hit_at"] is not None for r in hits), "the hit shows in list_query_denials()")
+# A rule that refuses everything: an admin's recovery statements still pass.
+query(admin, "SELECT * FROM deny_queries('sql IS NOT NULL', 'everything')")
+time.sleep(0.2)
+check(error_of(admin, "SELECT 1") is not None, "a rule matching every query denies an admin's query too")
+listed = query(admin, "SELECT rule_id, reason FROM list_query_denials()").to_pylist()
+for r in listed:
+    query(admin, f"SELECT * FROM remove_query_denial('{r['rule_id']}')")
+time.sleep(0.2)
+check(error_of(alice, "SELECT count(*) FROM log_counts") is None and len(listed) == 2,
+      "an admin lists and removes the rules while every query is denied")
+
+# --- Live: a replace is visible within a second -----------------------------
+replaced = LOG_COUNTS.replace("CREATE MATERIALIZED VIEW", "CREATE OR REPLACE MATERIALIZED VIEW") \
+    .replace("count(*) AS n\n", "count(*) AS n, max(time) AS last_time\n") \
+    .replace("sum(n) AS n FROM {source}", "sum(n) AS n, max(last_time) AS last_time FROM {source}")
+psql(f"SELECT status FROM micromegas.mm_create_view($r${replaced}$r$)")
+t0 = time.monotonic()
+elapsed = None
+while time.monotonic() - t0 < 5:
+    if query(alice, "SELECT * FROM log_counts LIMIT 0").schema.names[-1] == "last_time":
+        elapsed = time.monotonic() - t0
+        break
+    time.sleep(0.01)
+check(elapsed is not None and elapsed < 1.0, f"a replace committed in Postgres is queryable through FlightSQL after {elapsed and round(elapsed * 1000)} ms")
+check(query(alice, "SELECT count(*) AS c FROM log_counts").to_pylist()[0]["c"] == 0,
+      "after a replace that changes the schema, the old partitions are not read")
+dropped = query(admin, "DROP MATERIALIZED VIEW log_counts").to_pylist()
+check(dropped == [{"view_set_name": "log_counts", "status": "dropped"}], f"an admin's DROP answers one row: {dropped}")
+e = error_of(alice, "SELECT * FROM log_counts")
+check(e is not None and "not found" in e, "a dropped view is gone at once")
+
+for c in (admin, alice, bob, bad):
+    c.close()
+print(f"flight: {'passed' if not failures else f'{len(failures)} check(s) failed'}")
+sys.exit(1 if failures else 0)

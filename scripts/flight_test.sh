@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The FlightSQL service on the running cluster, with clients nobody here
+# wrote (ADBC's FlightSQL driver and pyarrow.flight) and DuckDB as the
+# oracle (scripts/flight/test_flight.py): keys with claims, an admin's DDL
+# through FlightSQL, the daemon materializing it, readers seeing exactly the
+# rows of their audiences under every query shape, the deny list refusing a
+# query by its hash and recording the hit, a non-admin's DDL and admin
+# functions refused, the metadata calls, and a replace queryable within a
+# second.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+source "$here/env.sh"
+root="$(cd "$here/.." && pwd)"
+work="$MMV_RUN/flight"
+rm -rf "$work" && mkdir -p "$work"
+
+py="$(lake_venv)"
+
+(cd "$root" && cargo build --quiet -p micromegas_views_daemon -p micromegas_views_flight)
+daemon="$CARGO_TARGET_DIR/debug/micromegas-views-daemon"
+flight="$CARGO_TARGET_DIR/debug/micromegas-views-flight"
+
+db=mmv_flight
+psql -X -q -d postgres -c "SET client_min_messages = warning" -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
+psql -X -q -d "$db" -c "$MMV_INSTALL_SQL"
+q() { psql -X -q -A -t -v ON_ERROR_STOP=1 -d "$db" "$@"; }
+# The service's login role is a service member and may SET ROLE to each
+# key's role.
+q <<'SQL'
+DO $$
+BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mmv_fl_admin') THEN
+    CREATE ROLE mmv_fl_admin NOLOGIN IN ROLE micromegas_admin;
+    CREATE ROLE mmv_fl_reader NOLOGIN IN ROLE micromegas_reader;
+    CREATE ROLE mmv_fl_service LOGIN IN ROLE micromegas_service;
+    GRANT mmv_fl_admin, mmv_fl_reader TO mmv_fl_service;
+  END IF;
+END $$;
+SELECT FROM micromegas.mm_grant_audience('team-a', 'read', 'group:team-a');
+SQL
+
+lake="$work/lake"
+begin=2026-12-01T00:00:00Z
+end=2026-12-02T00:00:00Z
+"$daemon" sample --lake "file://$lake" --begin "$begin" --end "$end" --processes 6 --rate 6 --seed 11
+q -f "$root/scripts/lake/views.sql" >/dev/null
+
+admin_key="admin-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+alice_key="alice-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+bob_key="bob-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+cat >"$work/keys.json" <<JSON
+{"keys": [
+  {"name": "ops", "key": "$admin_key", "role": "mmv_fl_admin", "claims": {"user_id": "ops", "admin": true}},
+  {"name": "alice-notebook", "key": "$alice_key", "role": "mmv_fl_reader",
+   "claims": {"user_id": "alice", "email": "alice@example.com", "groups": ["team-a"]}},
+  {"name": "bob-dashboard", "key": "$bob_key", "role": "mmv_fl_reader", "claims": {"user_id": "bob"}}
+]}
+JSON
+chmod 600 "$work/keys.json"
+
+"$flight" --dsn "host=$PGHOST port=$PGPORT user=mmv_fl_service dbname=$db" --lake "file://$lake" \
+  --keys "$work/keys.json" --listen 127.0.0.1:0 >"$work/flight.out" 2>"$work/flight.log" &
+server=$!
+stop_server() { kill -INT $server 2>/dev/null && wait $server 2>/dev/null; return 0; }
+trap stop_server EXIT
+address=""
+for _ in $(seq 1 200); do
+  address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/flight.out")
+  [ -n "$address" ] && break
+  kill -0 $server 2>/dev/null || break
+  sleep 0.05
+done
+if [ -z "$address" ]; then
+  echo "flight: the service did not start: $(tail -5 "$work/flight.log")"
+  exit 1
+fi
+echo "flight: micromegas-views-flight listening on $address"
+
+status=0
+FLIGHT="grpc://$address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
+  DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
+  ADMIN_KEY="$admin_key" ALICE_KEY="$alice_key" BOB_KEY="$bob_key" \
+  "$py" "$here/flight/test_flight.py" || status=1
+
+# No secret in the service's log.
+if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log"; then
+  echo "flight: FAILED: a key appears in the service's log"; status=1
+fi
+exit $status
