@@ -4,10 +4,13 @@
 #   scripts/bench.sh            (MMV_BENCH_ROUNDS=100 by default; MMV_BENCH_ONLY=create|deny|jobs
 #                                runs only those rows; MMV_BENCH_PROFILE
 #                                picks another cargo profile than release)
-# Not part of the test suite. Prints one markdown table.
+# Not part of the test suite. Prints one markdown table, then the FlightSQL
+# service's ratios and load run (scripts/bench_flight.sh; MMV_BENCH_ONLY=flight
+# runs only that).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
+[ "${MMV_BENCH_ONLY:-}" = flight ] && exec "$here/bench_flight.sh"
 "$here/setup.sh"
 source "$here/env.sh"
 cd "$root"
@@ -27,3 +30,9 @@ echo
 MMV_DSN="host=$PGHOST port=$PGPORT user=postgres dbname=mmv_bench" "$CARGO_TARGET_DIR/release/micromegas-views-bench"
 echo "| $profile .so size | $so_mib MiB | | | |"
 echo "| $profile build of the extension (this run; from scratch only on an empty target dir) | $build_seconds s | | | |"
+"$here/cluster.sh" stop
+trap - EXIT
+if [ -z "${MMV_BENCH_ONLY:-}" ]; then
+  echo
+  "$here/bench_flight.sh"
+fi
