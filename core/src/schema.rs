@@ -162,7 +162,10 @@ pub fn canonical_type(t: &DataType) -> String {
 
 /// Base64 of an Arrow IPC stream holding the schema and no batch (what
 /// `pyarrow.ipc.open_stream(...).schema` reads).
+/// A schema past [`check_limits`] is refused here with that error, as it
+/// would be when read back.
 pub fn to_ipc_base64(schema: &Schema) -> Result<String> {
+    check_limits(schema)?;
     let mut buffer = Vec::new();
     {
         let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut buffer, schema)
@@ -635,7 +638,17 @@ mod tests {
             e.message,
             "type of field \"a\" is nested more than 60 levels deep"
         );
-        match from_ipc_base64(&to_ipc_base64(&too_deep).unwrap()) {
+        let e = to_ipc_base64(&too_deep).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::TooComplex);
+        assert_eq!(e.message, "type of field \"a\" is nested more than 60 levels deep");
+        // Written by another writer, it is refused when read.
+        let mut raw = Vec::new();
+        arrow_ipc::writer::StreamWriter::try_new(&mut raw, &too_deep)
+            .unwrap()
+            .finish()
+            .unwrap();
+        let raw = base64::engine::general_purpose::STANDARD.encode(raw);
+        match from_ipc_base64(&raw) {
             Err(e) => assert!(
                 matches!(e.kind, ErrorKind::TooComplex | ErrorKind::InvalidSchema),
                 "{e}"
