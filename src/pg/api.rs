@@ -582,6 +582,11 @@ mod micromegas {
     /// those rows have not moved, and plans again when they have. Whether
     /// the row would be refused is the write's to say: this only answers
     /// whether an answer is now remembered.
+    ///
+    /// If the catalog moved while it planned (another write committed), it
+    /// plans again, up to three times, still without the lock: a long
+    /// planning whose upstream was replaced meanwhile would otherwise plan
+    /// again under the lock, holding every other writer for as long.
     #[pg_extern(volatile, name = "_mm_plan_ahead")]
     #[allow(clippy::too_many_arguments)]
     fn plan_ahead(
@@ -602,7 +607,20 @@ mod micromegas {
             update_group,
             view_options,
         );
-        try_prepare_row(row, false, &[]).is_ok()
+        let version = || {
+            pgrx::Spi::get_one::<i64>("SELECT micromegas.mm_catalog_version()")
+                .ok()
+                .flatten()
+        };
+        let mut ok = false;
+        for _ in 0..3 {
+            let before = version();
+            ok = try_prepare_row(row.clone(), false, &[]).is_ok();
+            if version() == before {
+                break;
+            }
+        }
+        ok
     }
 
     /// `_mm_recheck_definition` as if the DDL view sets `names` had the
