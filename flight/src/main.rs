@@ -50,6 +50,9 @@ struct Args {
     /// Threads of the runtime queries run on.
     #[arg(long, default_value_t = 2)]
     query_threads: usize,
+    /// The longest statement taken, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_statement_bytes: usize,
 }
 
 fn pool(dsn: &str, size: usize, what: &str) -> Result<deadpool_postgres::Pool, String> {
@@ -86,6 +89,9 @@ fn main() -> ExitCode {
     let query_runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(args.query_threads.max(1))
         .thread_name("query")
+        // Planning recurses once per level of a statement's nesting (up to
+        // the parse check's limit): room for it, only touched pages resident.
+        .thread_stack_size(256 << 20)
         .enable_all()
         .build()
     {
@@ -94,6 +100,7 @@ fn main() -> ExitCode {
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        .thread_stack_size(64 << 20)
         .enable_all()
         .build()
     {
@@ -114,6 +121,7 @@ fn main() -> ExitCode {
             query_timeout: Duration::from_secs(args.query_timeout_seconds),
             statement_timeout: Duration::from_millis(args.statement_timeout_ms),
             max_concurrent_queries: args.max_concurrent_queries,
+            max_statement_bytes: args.max_statement_bytes,
         };
         let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);
         let address = args

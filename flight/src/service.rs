@@ -5,7 +5,7 @@
 //! lists views with.
 
 use crate::access::{identify, Caller};
-use crate::state::State;
+use crate::state::{Answer, State};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
@@ -105,15 +105,30 @@ impl FlightSql {
 
     async fn answer(&self, caller: &Caller, sql: &str) -> Result<Response<DoGetStream>, Status> {
         let answer = self.state.execute(caller, sql).await?;
-        let batches = tokio_stream_from(answer.batches);
-        Ok(Response::new(encode(answer.schema, batches)))
+        let schema = answer.schema.clone();
+        Ok(Response::new(encode(schema, batches_of(answer))))
     }
 }
 
-fn tokio_stream_from(
-    mut receiver: tokio::sync::mpsc::Receiver<Result<RecordBatch, Status>>,
-) -> impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static {
-    stream::poll_fn(move |cx| receiver.poll_recv(cx))
+/// The batches of an answer until it ends, fails or passes its deadline
+/// (then one DEADLINE_EXCEEDED); dropping the stream drops the answer,
+/// which aborts the query's work.
+fn batches_of(answer: Answer) -> impl Stream<Item = Result<RecordBatch, Status>> + Send + 'static {
+    stream::unfold(Some(answer), |state| async move {
+        let mut answer = state?;
+        let next = match &answer.deadline {
+            Some((deadline, status)) => match tokio::time::timeout_at(*deadline, answer.batches.recv()).await {
+                Ok(next) => next,
+                Err(_) => Some(Err(status.clone())),
+            },
+            None => answer.batches.recv().await,
+        };
+        match next {
+            None => None,
+            Some(Err(e)) => Some((Err(e), None)),
+            Some(Ok(batch)) => Some((Ok(batch), Some(answer))),
+        }
+    })
 }
 
 #[tonic::async_trait]

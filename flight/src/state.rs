@@ -7,7 +7,7 @@ use crate::access::{is_admin_recovery, Caller};
 use crate::functions::{self, Call, Ddl, Prefetched, ADMIN_FUNCTIONS, READER_FUNCTIONS};
 use crate::tables::LakeSchema;
 use datafusion::arrow::array::{RecordBatch, StringArray};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
@@ -45,6 +45,8 @@ pub struct Settings {
     pub statement_timeout: Duration,
     /// Queries planned or executing at once; the others wait their turn.
     pub max_concurrent_queries: usize,
+    /// The longest statement taken, in bytes.
+    pub max_statement_bytes: usize,
 }
 
 /// A value kept current by a watcher, loaded once before serving.
@@ -116,6 +118,10 @@ pub struct State {
 pub struct Answer {
     pub schema: SchemaRef,
     pub batches: mpsc::Receiver<Result<RecordBatch, Status>>,
+    /// When the batches must have come, and what to answer past it.
+    pub deadline: Option<(Instant, Status)>,
+    /// Aborts the query's work when the answer is dropped.
+    pub _task: Option<AbortOnDrop>,
 }
 
 impl State {
@@ -227,10 +233,8 @@ impl State {
         let rule = match matcher.first_denial(&attributes) {
             Ok(Some(rule)) => rule.clone(),
             Ok(None) => return Ok(()),
-            Err(e) => {
-                tracing::error!("deny list: {e}");
-                return Ok(());
-            }
+            // Not checked is not allowed: the statement is refused.
+            Err(e) => return Err(Status::invalid_argument(format!("the statement could not be checked against the deny list: {e}"))),
         };
         let pool = self.settings.primary.clone();
         let id = rule.rule_id.clone();
@@ -379,106 +383,166 @@ impl State {
         Ok(ctx)
     }
 
+    /// What every statement goes through first: its size, the deny list,
+    /// then (a query) the parse checks of the extension's planner — one
+    /// query, read-only (no EXPLAIN, SET, COPY or DDL of DataFusion's), not
+    /// nested past its limits.
+    fn admit(&self, caller: &Caller, sql: &str) -> Result<Option<Ddl>, Status> {
+        if sql.len() > self.settings.max_statement_bytes {
+            return Err(Status::invalid_argument(format!(
+                "the statement is {} bytes; this service takes at most {} bytes",
+                sql.len(),
+                self.settings.max_statement_bytes
+            )));
+        }
+        self.check_denied(caller, sql)?;
+        if let Some(kind) = functions::ddl_kind(sql) {
+            return Ok(Some(kind));
+        }
+        micromegas_views_core::planner::parse_query("the statement", sql).map_err(|e| {
+            let mut message = e.message.clone();
+            if e.kind == micromegas_views_core::ErrorKind::TooComplex {
+                if let Some(d) = &e.detail {
+                    message.push_str(&format!(" ({d})"));
+                }
+            }
+            Status::invalid_argument(message)
+        })?;
+        Ok(None)
+    }
+
     /// The schema a statement answers with (nothing is run: a DDL
     /// statement's fixed schema, a query planned with its table functions
     /// described).
     pub async fn describe_statement(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<SchemaRef, Status> {
-        self.check_denied(caller, sql)?;
-        if functions::ddl_kind(sql).is_some() {
+        if self.admit(caller, sql)?.is_some() {
             return Ok(functions::ddl_schema());
         }
+        let deadline = Instant::now() + self.settings.query_timeout;
+        let _permit = self.acquire(deadline).await?;
         let state = self.clone();
         let caller = caller.clone();
         let sql = sql.to_string();
-        let deadline = Instant::now() + self.settings.query_timeout;
-        let permits = self.permits.clone();
-        self.on_query_runtime(async move {
-            let _permit = acquire(&permits, deadline).await?;
-            tokio::time::timeout_at(deadline, async {
-                let ctx = state.session(&caller, &sql, false).await?;
-                let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
-                Ok(Arc::new(df.schema().as_arrow().clone()))
-            })
-            .await
-            .map_err(|_| timeout_status(&state))?
-        })
-        .await
+        let task = self.query_runtime.spawn(async move {
+            let ctx = state.session(&caller, &sql, false).await?;
+            let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
+            let plan = df.create_physical_plan().await.map_err(df_status)?;
+            Ok(wire_schema(&plan.schema()))
+        });
+        let abort = AbortOnDrop(task.abort_handle());
+        let answer = tokio::time::timeout_at(deadline, task).await;
+        drop(abort);
+        match answer {
+            Err(_) => Err(timeout_status(self)),
+            Ok(Err(e)) => Err(Status::internal(format!("the query failed: {e}"))),
+            Ok(Ok(result)) => result,
+        }
     }
 
     /// Runs a statement: DDL in Postgres, a query on the query runtime.
-    /// The batches stop at the deadline, on an error, or when the caller
-    /// goes away (its receiver dropped), and the query's work with them.
+    /// The deadline and the slot are kept here, on the runtime that answers
+    /// calls (a busy query runtime cannot delay them); the query's task is
+    /// aborted at the deadline, on an error, or when the caller goes away.
     pub async fn execute(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<Answer, Status> {
-        self.check_denied(caller, sql)?;
-        if let Some(kind) = functions::ddl_kind(sql) {
+        if let Some(kind) = self.admit(caller, sql)? {
             let batch = self.run_ddl(caller, kind, sql).await?;
             let (sender, batches) = mpsc::channel(1);
             let schema = batch.schema();
             sender.send(Ok(batch)).await.ok();
-            return Ok(Answer { schema, batches });
+            return Ok(Answer {
+                schema,
+                batches,
+                deadline: None,
+                _task: None,
+            });
         }
+        let deadline = Instant::now() + self.settings.query_timeout;
+        let permit = self.acquire(deadline).await?;
         let state = self.clone();
         let caller = caller.clone();
         let sql = sql.to_string();
-        let deadline = Instant::now() + self.settings.query_timeout;
-        let permits = self.permits.clone();
         let (sender, batches) = mpsc::channel::<Result<RecordBatch, Status>>(2);
         let (schema_sender, schema) = oneshot::channel::<Result<SchemaRef, Status>>();
-        self.query_runtime.spawn(async move {
+        let task = self.query_runtime.spawn(async move {
+            let _permit = permit;
             let started = async {
-                let permit = acquire(&permits, deadline).await?;
-                let stream = tokio::time::timeout_at(deadline, async {
-                    let ctx = state.session(&caller, &sql, true).await?;
-                    let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
-                    df.execute_stream().await.map_err(df_status)
-                })
-                .await
-                .map_err(|_| timeout_status(&state))??;
-                Ok::<_, Status>((permit, stream))
+                let ctx = state.session(&caller, &sql, true).await?;
+                let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
+                df.execute_stream().await.map_err(df_status)
             };
-            let (_permit, mut stream): (_, SendableRecordBatchStream) = match started.await {
+            let mut stream: SendableRecordBatchStream = match started.await {
                 Ok(s) => s,
                 Err(e) => {
                     schema_sender.send(Err(e)).ok();
                     return;
                 }
             };
-            if schema_sender.send(Ok(stream.schema())).is_err() {
+            let schema = wire_schema(&stream.schema());
+            if schema_sender.send(Ok(schema.clone())).is_err() {
                 return;
             }
-            loop {
-                let next = tokio::select! {
-                    _ = sender.closed() => return,
-                    next = tokio::time::timeout_at(deadline, stream.next()) => next,
-                };
-                let item = match next {
-                    Err(_) => Some(Err(timeout_status(&state))),
-                    Ok(None) => None,
-                    Ok(Some(r)) => Some(r.map_err(df_status)),
-                };
-                let Some(item) = item else { return };
+            while let Some(next) = stream.next().await {
+                let item = next
+                    .map_err(df_status)
+                    .and_then(|b| relabel(&schema, b));
                 let stop = item.is_err();
                 if sender.send(item).await.is_err() || stop {
                     return;
                 }
             }
         });
-        let schema = schema
-            .await
-            .map_err(|_| Status::internal("the query ended before it answered"))??;
-        Ok(Answer { schema, batches })
+        let task = AbortOnDrop(task.abort_handle());
+        let schema = match tokio::time::timeout_at(deadline, schema).await {
+            Err(_) => return Err(timeout_status(self)),
+            Ok(Err(_)) => return Err(Status::internal("the query ended before it answered")),
+            Ok(Ok(schema)) => schema?,
+        };
+        Ok(Answer {
+            schema,
+            batches,
+            deadline: Some((deadline, timeout_status(self))),
+            _task: Some(task),
+        })
     }
 
-    /// Runs `work` on the query runtime and waits for it.
-    async fn on_query_runtime<T: Send + 'static>(
-        &self,
-        work: impl std::future::Future<Output = Result<T, Status>> + Send + 'static,
-    ) -> Result<T, Status> {
-        self.query_runtime
-            .spawn(work)
-            .await
-            .map_err(|e| Status::internal(format!("the query failed: {e}")))?
+    /// A query slot, waited for until `deadline`.
+    async fn acquire(&self, deadline: Instant) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        acquire(&self.permits, deadline).await
     }
+}
+
+/// Aborts a query's task when dropped: the answer's stream ended, failed,
+/// passed its deadline or was dropped by a caller who went away.
+pub struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The schema a statement is announced and sent with: the executed plan's
+/// types with every column nullable. DataFusion's logical and physical
+/// plans may disagree on a column's nullability, and a client compares the
+/// announced schema with the streamed one.
+fn wire_schema(schema: &SchemaRef) -> SchemaRef {
+    Arc::new(Schema::new_with_metadata(
+        schema
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect::<Vec<_>>(),
+        schema.metadata().clone(),
+    ))
+}
+
+fn relabel(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch, Status> {
+    RecordBatch::try_new_with_options(
+        schema.clone(),
+        batch.columns().to_vec(),
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(|e| Status::internal(format!("the answer does not fit its schema: {e}")))
 }
 
 async fn acquire(
@@ -516,7 +580,8 @@ pub fn df_status(e: DataFusionError) -> Status {
         DataFusionError::Plan(_)
         | DataFusionError::SQL(..)
         | DataFusionError::SchemaError(..)
-        | DataFusionError::NotImplemented(_) => Status::invalid_argument(root.to_string()),
+        | DataFusionError::NotImplemented(_)
+        | DataFusionError::ArrowError(..) => Status::invalid_argument(root.to_string()),
         _ => Status::internal(e.to_string()),
     }
 }

@@ -5,12 +5,25 @@
 //! filter is part of the table itself, so every reference to a view — in a
 //! subquery, a join, a CTE, a UNION — reads the filtered rows; the raw
 //! registrations live in a session the caller's SQL never reaches.
+//!
+//! The filtered table is a barrier to the optimizer: it accepts no filter
+//! pushed into it and its plan node lets no predicate through, so the
+//! caller's own predicates are evaluated only on rows it may see (a
+//! predicate evaluated first on every row could fail on a hidden one and
+//! quote its value in the error).
 
-use datafusion::arrow::datatypes::DataType;
-use datafusion::catalog::{SchemaProvider, TableProvider};
-use datafusion::common::{Column, DataFusionError};
-use datafusion::datasource::{provider_as_source, ViewTable};
-use datafusion::logical_expr::{cast, in_subquery, lit, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
+use datafusion::catalog::{SchemaProvider, Session, TableProvider};
+use datafusion::common::{Column, DFSchema, DataFusionError};
+use datafusion::datasource::provider_as_source;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{cast, lit, Expr, LogicalPlanBuilder, TableProviderFilterPushDown, TableType};
+use datafusion::physical_expr::expressions::Column as PhysicalColumn;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use datafusion::prelude::SessionContext;
 use micromegas_views_lakehouse::catalog::ViewSet;
 use micromegas_views_lakehouse::lake::Lake;
@@ -84,7 +97,8 @@ impl LakeSchema {
         self.inner.table_provider(set.name.as_str()).await
     }
 
-    /// The rows of `set` a caller who reads `audiences` may see.
+    /// The rows of `set` a caller who reads `audiences` may see, as a
+    /// predicate over the set's columns.
     async fn filter(&self, set: &ViewSet, audiences: &BTreeSet<String>) -> DfResult<Expr> {
         let schema = &set.schema;
         let text = |c: &str| cast(Expr::Column(Column::new_unqualified(c)), DataType::Utf8);
@@ -99,8 +113,9 @@ impl LakeSchema {
             return Ok(lit(false));
         }
         // The processes whose rows carry an audience the caller reads, in
-        // every source stamped with both columns.
-        let mut plan: Option<LogicalPlan> = None;
+        // every source stamped with both columns, found before the
+        // caller's query runs.
+        let mut processes: BTreeSet<String> = BTreeSet::new();
         let stamped: Vec<ViewSet> = self
             .sets
             .iter()
@@ -113,20 +128,131 @@ impl LakeSchema {
             .collect();
         for source in &stamped {
             let table = self.raw(source).await?;
-            let part = LogicalPlanBuilder::scan(source.name.as_str(), provider_as_source(table), None)?
+            let plan = LogicalPlanBuilder::scan(source.name.as_str(), provider_as_source(table), None)?
                 .filter(text(AUDIENCE).in_list(allowed(), false))?
                 .project(vec![text(PROCESS_ID).alias(PROCESS_ID)])?
                 .distinct()?
                 .build()?;
-            plan = Some(match plan {
-                None => part,
-                Some(p) => LogicalPlanBuilder::from(p).union_distinct(part)?.build()?,
-            });
+            let batches = self.inner.execute_logical_plan(plan).await?.collect().await?;
+            for batch in &batches {
+                let ids = cast_to_utf8(batch.column(0))?;
+                let ids = ids.as_string::<i32>();
+                processes.extend(ids.iter().flatten().map(str::to_string));
+            }
         }
-        Ok(match plan {
-            None => lit(false),
-            Some(p) => in_subquery(text(PROCESS_ID), Arc::new(p)),
-        })
+        if processes.is_empty() {
+            return Ok(lit(false));
+        }
+        Ok(text(PROCESS_ID).in_list(processes.iter().map(|p| lit(p.as_str())).collect(), false))
+    }
+}
+
+fn cast_to_utf8(array: &datafusion::arrow::array::ArrayRef) -> DfResult<datafusion::arrow::array::ArrayRef> {
+    Ok(datafusion::arrow::compute::cast(array, &DataType::Utf8)?)
+}
+
+/// A table whose rows are those of `inner` that `predicate` keeps, and
+/// nothing of the caller's query below that.
+#[derive(Debug)]
+struct Guarded {
+    inner: Arc<dyn TableProvider>,
+    predicate: Expr,
+}
+
+#[async_trait::async_trait]
+impl TableProvider for Guarded {
+    fn schema(&self) -> SchemaRef {
+        self.inner.schema()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let schema = self.inner.schema();
+        // What the caller asked for, and what the predicate reads.
+        let wanted: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..schema.fields().len()).collect(),
+        };
+        let mut read = wanted.clone();
+        for c in self.predicate.column_refs() {
+            let i = schema.index_of(&c.name)?;
+            if !read.contains(&i) {
+                read.push(i);
+            }
+        }
+        let scan = self.inner.scan(state, Some(&read), &[], None).await?;
+        let scanned = scan.schema();
+        let df_schema = DFSchema::try_from(scanned.as_ref().clone())?;
+        let predicate = state.create_physical_expr(self.predicate.clone(), &df_schema)?;
+        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, scan)?);
+        let columns: Vec<(Arc<dyn PhysicalExpr>, String)> = wanted
+            .iter()
+            .enumerate()
+            .map(|(position, &i)| {
+                let name = schema.field(i).name().clone();
+                (Arc::new(PhysicalColumn::new(&name, position)) as Arc<dyn PhysicalExpr>, name)
+            })
+            .collect();
+        let projected: Arc<dyn ExecutionPlan> = Arc::new(ProjectionExec::try_new(columns, filtered)?);
+        Ok(Arc::new(Barrier { input: projected }))
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Unsupported; filters.len()])
+    }
+}
+
+/// The audience filter's plan node: it passes its input through and, like
+/// any node that does not say otherwise, lets no predicate of the plan
+/// above be pushed below it.
+#[derive(Debug)]
+struct Barrier {
+    input: Arc<dyn ExecutionPlan>,
+}
+
+impl DisplayAs for Barrier {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "AudienceFilter")
+    }
+}
+
+impl ExecutionPlan for Barrier {
+    fn name(&self) -> &str {
+        "AudienceFilter"
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Barrier {
+            input: children.into_iter().next().expect("one child"),
+        }))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
+        self.input.execute(partition, context)
     }
 }
 
@@ -147,13 +273,10 @@ impl SchemaProvider for LakeSchema {
         let raw = self.raw(set).await?;
         let table: Arc<dyn TableProvider> = match &self.readable {
             None => raw,
-            Some(audiences) => {
-                let filter = self.filter(set, audiences).await?;
-                let plan = LogicalPlanBuilder::scan(name, provider_as_source(raw), None)?
-                    .filter(filter)?
-                    .build()?;
-                Arc::new(ViewTable::new(plan, None))
-            }
+            Some(audiences) => Arc::new(Guarded {
+                inner: raw,
+                predicate: self.filter(set, audiences).await?,
+            }),
         };
         resolved.insert(name.to_string(), table.clone());
         Ok(Some(table))

@@ -208,6 +208,31 @@ check(e is not None, "DataFusion's own DDL is refused")
 got_p = normalize(query(admin, "SELECT * FROM blocks_per_process"))
 check(got_p == normalize(oracle_blocks_per_process()), "an admin reads every row of blocks_per_process")
 
+# The caller's predicates only ever see its own rows: one that fails on a
+# hidden row (and would quote it) runs on visible rows only.
+probe = ("SELECT count(*) AS c FROM log_entries WHERE CASE WHEN CAST(audience AS VARCHAR) <> 'public' "
+         "THEN CAST(concat('x', CAST(audience AS VARCHAR), ':', msg) AS INT) ELSE 0 END = 1")
+e = error_of(bob, probe)
+check(e is None, f"a predicate that would fail on a hidden row never sees one ({e and e.splitlines()[0][:160]})")
+e = error_of(bob, "SELECT count(*) FROM processes WHERE CAST(concat('x', process_id) AS INT) = 1")
+hidden = {r[0] for r in duck.sql(f"SELECT DISTINCT process_id FROM {src('log_entries')} WHERE audience <> 'public'").fetchall()}
+check(e is not None and not any(p in e for p in hidden), "an error raised on a row quotes only a row the caller may see")
+for sql in ["EXPLAIN SELECT * FROM log_counts", "EXPLAIN ANALYZE SELECT count(*) FROM blocks", "SET datafusion.execution.batch_size = 1"]:
+    e = error_of(bob, sql)
+    check(e is not None and "InvalidArgument" in e and "read-only query" in e, f"{sql.split()[0]} is refused ({e and e.splitlines()[0][:120]})")
+# Deep statements: within the parse limit they plan (on the query runtime's
+# large stacks); past it they are refused; the service stays up.
+deep = query(bob, "SELECT " + "+".join(["1"] * 450) + " AS x").to_pylist()
+check(deep == [{"x": 450}], "a 450-term expression answers")
+e = error_of(bob, "SELECT " + "+".join(["1"] * 100000) + " AS x")
+check(e is not None and "nested too deeply" in e, "a 100,000-term expression is refused by the parse check")
+e = error_of(bob, "SELECT 1 -- " + "x" * (2 << 20))
+check(e is not None and "InvalidArgument" in e and "at most" in e, "a statement past the size limit is refused")
+# Announced and streamed schemas agree (ADBC compares them).
+check(query(bob, "SELECT abs(1) AS n, length('abc') AS l").to_pylist() == [{"n": 1, "l": 3}], "a non-null expression's schema matches its stream")
+corr = query(bob, "SELECT (SELECT count(*) FROM blocks b WHERE b.process_id = p.process_id) AS n FROM (SELECT 'x' AS process_id) p").to_pylist()
+check(corr == [{"n": 0}], "a correlated scalar subquery's schema matches its stream")
+
 # A prepared statement (ADBC prepares it on the server) answers the same.
 with alice.cursor() as cur:
     cur.adbc_prepare("SELECT sum(n) AS s FROM log_counts")
