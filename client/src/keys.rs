@@ -55,7 +55,7 @@ impl KeyFile {
     /// quotes a secret.
     pub fn check(&self) -> Result<(), String> {
         if self.keys.is_empty() {
-            return Err("no key".into());
+            return Err("the file has no key".into());
         }
         let mut names = HashSet::new();
         let mut secrets = HashMap::new();
