@@ -14,8 +14,11 @@ root="$(cd "$here/.." && pwd)"
 "$here/setup.sh" >/dev/null
 source "$here/env.sh"
 cd "$root"
-cargo build --release -q -p micromegas_views_daemon
-cargo build --release -q -p micromegas_views_lakehouse --example by_hand
+# MMV_BENCH_BUILD=0 reuses the release binaries already built.
+if [ "${MMV_BENCH_BUILD:-1}" = 1 ]; then
+  cargo build --release -q -p micromegas_views_daemon
+  cargo build --release -q -p micromegas_views_lakehouse --example by_hand
+fi
 "$here/cluster.sh" install >/dev/null
 "$here/cluster.sh" start >/dev/null
 trap '"$here/cluster.sh" stop >/dev/null' EXIT

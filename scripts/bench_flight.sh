@@ -13,7 +13,10 @@ root="$(cd "$here/.." && pwd)"
 source "$here/env.sh"
 cd "$root"
 py="$(lake_venv)"
-cargo build --release -q -p micromegas_views_daemon -p micromegas_views_flight --bins --examples
+# MMV_BENCH_BUILD=0 reuses the release binaries already built.
+if [ "${MMV_BENCH_BUILD:-1}" = 1 ]; then
+  cargo build --release -q -p micromegas_views_daemon -p micromegas_views_flight --bins --examples
+fi
 # Never install under a running cluster.
 "$here/cluster.sh" stop
 "$here/cluster.sh" install >/dev/null
