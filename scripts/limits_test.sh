@@ -219,16 +219,29 @@ wait $admin || admin_status=$?
 [ $status = "$status_before" ] && echo "limits: an upstream replaced while an admin's create planned: it planned again ahead of the lock; $writes writes meanwhile did not wait"
 
 # Encoding a request for the helper services interrupts too: 42 MB of
-# control characters (6 bytes each once escaped) end with the statement's
-# 500 ms statement_timeout, not seconds later.
+# control characters end with the statement's 500 ms statement_timeout (or
+# the helper's refusal of their length), not seconds later.
 begin_ms=$(date +%s%3N)
 q -c "SET ROLE micromegas_reader" -c "SET statement_timeout = '500ms'" \
   -c "SELECT micromegas.mm_sql_hash(repeat(chr(1), 42000000))" >"$work/encode.out" 2>&1 && fail "the 42 MB fingerprint was not cancelled"
 took_ms=$(( $(date +%s%3N) - begin_ms ))
-if grep -q "canceling statement due to statement timeout" "$work/encode.out" && [ "$took_ms" -lt 2000 ]; then
-  echo "limits: a 42 MB request being encoded was cancelled by statement_timeout after ${took_ms} ms"
+if grep -qE "canceling statement due to statement timeout|the query is too long" "$work/encode.out" && [ "$took_ms" -lt 2000 ]; then
+  echo "limits: a 42 MB request of control characters ended after ${took_ms} ms ($(grep -oE 'statement timeout|too long' "$work/encode.out" | head -1))"
 else
   fail "a 42 MB request being encoded: ${took_ms} ms, $(head -c 300 "$work/encode.out")"
+fi
+
+# A long text that needs no escaping (80 MB of ASCII): encoding it for the
+# helper is a copy, so the call ends within its statement_timeout (or the
+# helper's refusal of its length) at once.
+begin_ms=$(date +%s%3N)
+q -c "SET ROLE micromegas_reader" -c "SET statement_timeout = '500ms'" \
+  -c "SELECT micromegas.mm_sql_hash(repeat('a', 80000000))" >"$work/encode_ascii.out" 2>&1 && fail "the 80 MB fingerprint was answered"
+took_ms=$(( $(date +%s%3N) - begin_ms ))
+if grep -qE "canceling statement due to statement timeout|the query is too long" "$work/encode_ascii.out" && [ "$took_ms" -lt 2000 ]; then
+  echo "limits: an 80 MB ASCII request ended after ${took_ms} ms ($(grep -oE 'statement timeout|too long' "$work/encode_ascii.out" | head -1))"
+else
+  fail "an 80 MB ASCII request: ${took_ms} ms, $(head -c 300 "$work/encode_ascii.out")"
 fi
 
 # A FATAL exit in the middle of a call (a terminate here; a lost client or

@@ -8,9 +8,9 @@
 //! runs every function that reads caller text or bytes in a **helper
 //! process**: one per backend, forked from it on first use and kept for the
 //! next calls. A call is a plain function (`fn(A) -> Result<R>`) and its
-//! argument, sent over a pipe as JSON with the function's address (the
+//! argument, sent over a pipe as CBOR with the function's address (the
 //! helper is a fork of the same process, so the address is the same
-//! function there); the answer comes back the same way.
+//! function there); the answer comes back as JSON.
 //!
 //! Limits, each enforced outside the work itself:
 //! - **Time.** The caller waits in ticks, servicing its own interrupts
@@ -400,35 +400,39 @@ impl std::io::Write for Measure {
 
 const HEADER_BYTES: usize = 48;
 
-/// A request: a 48-byte header, then the argument as JSON, in one buffer of
-/// exactly that size. Its size is measured first (an argument whose JSON
-/// is over the budget is refused without allocating it) and the buffer is
-/// asked of the allocator fallibly, once — the caller may be a Postgres
-/// backend, where a failed infallible allocation aborts the process.
+/// A request: a 48-byte header, then the argument as CBOR, in one buffer of
+/// exactly that size. Its size is measured first (an argument whose
+/// encoding is over the budget is refused without allocating it) and the
+/// buffer is asked of the allocator fallibly, once — the caller may be a
+/// Postgres backend, where a failed infallible allocation aborts the
+/// process. CBOR writes a string as its length and then its bytes in one
+/// write: measuring costs nothing per byte and filling is a copy, and the
+/// host's interrupts are serviced between writes (JSON scanned a long
+/// string for characters to escape, twice, deaf to a cancel meanwhile).
 fn encode_request<A: Serialize>(arg: &A, budget: usize, service: &mut dyn FnMut()) -> Result<Vec<u8>> {
-    let encode_error = |e: serde_json::Error| {
-        Error::internal("cannot encode a validation request").with_detail(e.to_string())
+    let encode_error = |e: String| {
+        Error::internal("cannot encode a validation request").with_detail(e)
     };
     let mut measure = Measure { len: 0, cap: budget };
-    let measured = serde_json::to_writer(
-        Serviced { inner: &mut measure, since: 0, service: &mut *service },
+    let measured = ciborium::into_writer(
         arg,
+        Serviced { inner: &mut measure, since: 0, service: &mut *service },
     );
     if let Err(e) = measured {
         return Err(if measure.len > budget {
             memory_limit_error(budget)
         } else {
-            encode_error(e)
+            encode_error(e.to_string())
         });
     }
     let mut buf = Vec::new();
     buf.try_reserve_exact(HEADER_BYTES + measure.len)
         .map_err(|_| memory_limit_error(budget))?;
     buf.extend_from_slice(&[0u8; HEADER_BYTES]);
-    // Within the capacity just reserved: the same value serializes to the
+    // Within the capacity just reserved: the same value encodes to the
     // same bytes.
-    serde_json::to_writer(Serviced { inner: &mut buf, since: 0, service }, arg)
-        .map_err(encode_error)?;
+    ciborium::into_writer(arg, Serviced { inner: &mut buf, since: 0, service })
+        .map_err(|e| encode_error(e.to_string()))?;
     Ok(buf)
 }
 
@@ -669,7 +673,7 @@ fn trampoline<A: DeserializeOwned, R: Serialize>(f: usize, input: &[u8]) -> Vec<
     // took for this very instantiation; the helper is a fork of the caller,
     // so the code is at the same address here.
     let f: fn(A) -> Result<R> = unsafe { std::mem::transmute::<usize, fn(A) -> Result<R>>(f) };
-    let result: Result<R> = match serde_json::from_slice::<A>(input) {
+    let result: Result<R> = match ciborium::from_reader::<A, _>(input) {
         Ok(arg) => match catch_unwind(AssertUnwindSafe(|| f(arg))) {
             Ok(result) => result,
             Err(panic) => Err(Error::internal("internal error while validating the definition")

@@ -93,10 +93,12 @@ where
     R: serde::Serialize + serde::de::DeserializeOwned,
 {
     let mut ticks = 0u64;
-    // What the caller may hold during a call: the request (its JSON, in a
+    // What the caller may hold during a call: the request (its CBOR, in a
     // buffer of its size) and the answer (its bytes and their decoding);
     // planning the input is not in it.
-    let request = serde_json::to_vec(&arg).map(|v| v.len()).unwrap_or(0);
+    let mut encoded = Vec::new();
+    let request = ciborium::into_writer(&arg, &mut encoded).map(|()| encoded.len()).unwrap_or(0);
+    drop(encoded);
     let before = reset_caller_peak();
     let result = sandbox::call(limits(timeout_ms), arg, f, &mut || ticks += 1);
     let held = CALLER_PEAK.load(Ordering::Relaxed) - before;
@@ -250,9 +252,9 @@ fn the_helper_process_bounds_memory_and_time() {
     assert!(!alive(previous), "the dead helper {previous} was not reaped");
     previous = helper_pid().unwrap();
 
-    // An argument whose JSON alone is over the budget (a control character
-    // takes six bytes) is refused before it is sent, and the helper stays.
-    let e = call(5_000, "\u{1}".repeat(20_000_000), |t| deny::sql_hash(&t)).unwrap_err();
+    // An argument whose encoding alone is over the budget is refused before
+    // it is sent, and the helper stays.
+    let e = call(5_000, "\u{1}".repeat(BUDGET + 1), |t| deny::sql_hash(&t)).unwrap_err();
     assert_eq!(e.kind, ErrorKind::MemoryLimit, "{e}");
     assert_eq!(helper_pid(), Some(previous));
 
