@@ -419,11 +419,14 @@ impl State {
             return Ok(functions::ddl_schema());
         }
         let deadline = Instant::now() + self.settings.query_timeout;
-        let _permit = self.acquire(deadline).await?;
+        let permit = self.acquire(deadline).await?;
         let state = self.clone();
         let caller = caller.clone();
         let sql = sql.to_string();
         let task = self.query_runtime.spawn(async move {
+            // The slot is the task's: planning that outlives its deadline
+            // (it cannot be stopped mid-way) still counts against the limit.
+            let _permit = permit;
             let ctx = state.session(&caller, &sql, false).await?;
             let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
             let plan = df.create_physical_plan().await.map_err(df_status)?;
