@@ -63,6 +63,15 @@ fn sql_info() -> &'static SqlInfoData {
     })
 }
 
+/// What GetTableTypes answers: one column of type names.
+fn table_types_schema() -> Schema {
+    Schema::new(vec![datafusion::arrow::datatypes::Field::new(
+        "table_type",
+        datafusion::arrow::datatypes::DataType::Utf8,
+        false,
+    )])
+}
+
 fn statement_text(bytes: &[u8]) -> Result<String, Status> {
     String::from_utf8(bytes.to_vec())
         .map_err(|_| Status::invalid_argument("the statement handle is not UTF-8 text"))
@@ -101,6 +110,18 @@ impl FlightSql {
             request.metadata(),
             request.remote_addr(),
         )
+    }
+
+    /// A metadata command's FlightInfo: the caller checked, the builder's
+    /// schema, the command itself as the ticket.
+    fn metadata_info(
+        &self,
+        request: Request<FlightDescriptor>,
+        schema: &Schema,
+        command: Vec<u8>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.caller(&request)?;
+        Ok(Response::new(flight_info(schema, command, request.into_inner())?))
     }
 
     async fn answer(&self, caller: &Caller, sql: &str) -> Result<Response<DoGetStream>, Status> {
@@ -294,10 +315,8 @@ impl FlightSqlService for FlightSql {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.caller(&request)?;
         let schema = query.clone().into_builder().schema();
-        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
-        Ok(Response::new(info))
+        self.metadata_info(request, &schema, query.as_any().encode_to_vec())
     }
 
     async fn do_get_catalogs(
@@ -316,10 +335,8 @@ impl FlightSqlService for FlightSql {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.caller(&request)?;
         let schema = query.clone().into_builder().schema();
-        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
-        Ok(Response::new(info))
+        self.metadata_info(request, &schema, query.as_any().encode_to_vec())
     }
 
     async fn do_get_schemas(
@@ -338,10 +355,8 @@ impl FlightSqlService for FlightSql {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.caller(&request)?;
         let schema = query.clone().into_builder().schema();
-        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
-        Ok(Response::new(info))
+        self.metadata_info(request, &schema, query.as_any().encode_to_vec())
     }
 
     /// Every view set a query can name, with its stored schema.
@@ -366,14 +381,7 @@ impl FlightSqlService for FlightSql {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.caller(&request)?;
-        let schema = Schema::new(vec![datafusion::arrow::datatypes::Field::new(
-            "table_type",
-            datafusion::arrow::datatypes::DataType::Utf8,
-            false,
-        )]);
-        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
-        Ok(Response::new(info))
+        self.metadata_info(request, &table_types_schema(), query.as_any().encode_to_vec())
     }
 
     async fn do_get_table_types(
@@ -382,13 +390,8 @@ impl FlightSqlService for FlightSql {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         self.caller(&request)?;
-        let schema = Arc::new(Schema::new(vec![datafusion::arrow::datatypes::Field::new(
-            "table_type",
-            datafusion::arrow::datatypes::DataType::Utf8,
-            false,
-        )]));
         one_batch(RecordBatch::try_new(
-            schema,
+            Arc::new(table_types_schema()),
             vec![Arc::new(datafusion::arrow::array::StringArray::from(vec!["TABLE"]))],
         ))
     }
@@ -398,10 +401,8 @@ impl FlightSqlService for FlightSql {
         query: CommandGetSqlInfo,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        self.caller(&request)?;
         let schema = query.clone().into_builder(sql_info()).schema();
-        let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
-        Ok(Response::new(info))
+        self.metadata_info(request, &schema, query.as_any().encode_to_vec())
     }
 
     async fn do_get_sql_info(
