@@ -116,24 +116,19 @@ done
 # PostgreSQL side is the extension's, which the suites above cover on every
 # version).
 services_pg="${versions%% *}"
+# One service suite against its own fresh cluster of $services_pg.
+service_suite() (
+  export MMV_PG="$services_pg"
+  unset PG_CONFIG PG_BIN PGXS_DIR MMV_PORT
+  source "$here/env.sh"
+  "$here/cluster.sh" start
+  trap '"$here/cluster.sh" stop' EXIT
+  "$here/$1"
+)
 echo "== [PostgreSQL $services_pg] the maintenance daemon over a sample lake (scripts/lakehouse_test.sh)"
-if (
-  export MMV_PG="$services_pg"
-  unset PG_CONFIG PG_BIN PGXS_DIR MMV_PORT
-  source "$here/env.sh"
-  "$here/cluster.sh" start
-  trap '"$here/cluster.sh" stop' EXIT
-  "$here/lakehouse_test.sh"
-); then lakehouse=passed; else lakehouse=failed; fi
+if service_suite lakehouse_test.sh; then lakehouse=passed; else lakehouse=failed; fi
 echo "== [PostgreSQL $services_pg] the FlightSQL service with ADBC and pyarrow.flight (scripts/flight_test.sh)"
-if (
-  export MMV_PG="$services_pg"
-  unset PG_CONFIG PG_BIN PGXS_DIR MMV_PORT
-  source "$here/env.sh"
-  "$here/cluster.sh" start
-  trap '"$here/cluster.sh" stop' EXIT
-  "$here/flight_test.sh"
-); then flight=passed; else flight=failed; fi
+if service_suite flight_test.sh; then flight=passed; else flight=failed; fi
 
 # pg_upgrade between two of the versions just built and installed (15's
 # Debian build cannot be the old side: see "pg_upgrade" in docs/operations.md).
