@@ -23,7 +23,9 @@
 #  - 42 MB being encoded for the helper is cancelled by statement_timeout;
 #  - an upstream replaced while an admin's create plans against it: the
 #    create plans again before taking the lock, and writes meanwhile do not
-#    wait.
+#    wait;
+#  - a replace whose 800-way dependent must be re-checked: the re-check is
+#    planned before the lock too, and writes meanwhile do not wait.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -217,6 +219,48 @@ wait $admin || admin_status=$?
   || fail "the admin's create over a replaced upstream: $(head -c 400 "$work/upstream_join.out")"
 [ $writes -ge 4 ] || fail "the admin's create ended after $writes writes: this check needs a longer validation"
 [ $status = "$status_before" ] && echo "limits: an upstream replaced while an admin's create planned: it planned again ahead of the lock; $writes writes meanwhile did not wait"
+
+# A replace that changes what an 800-way dependent reads: the dependent's
+# re-check is planned ahead of the catalog lock too, so under the lock the
+# replace takes that answer from memory, and other writers meanwhile go
+# through under a 2 s lock_timeout for as long as it validates.
+cat >"$work/replace_upstream.sql" <<'SQL'
+SET ROLE micromegas_admin;
+SET micromegas_views.validation_timeout = '60s';
+SELECT status FROM micromegas.mm_create_view($$CREATE OR REPLACE MATERIALIZED VIEW quick1 WITH (
+  extract_query = 'SELECT insert_time AS time, process_id, nb_objects, nb_objects + 1 AS next_objects FROM blocks',
+  count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 3000, time_column = 'time')$$);
+SQL
+status_before=$status
+schema_before=$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")
+begin_ms=$(date +%s%3N)
+psql -X -A -t -v ON_ERROR_STOP=1 -d "$db" -f "$work/replace_upstream.sql" >"$work/replace_upstream.out" 2>&1 &
+admin=$!
+writes=0
+while kill -0 $admin 2>/dev/null && [ $writes -lt 200 ]; do
+  writes=$((writes + 1))
+  q >"$work/recheck_writer.out" 2>&1 <<SQL || { fail "write $writes waited for the re-check of a replaced view's dependent: $(cat "$work/recheck_writer.out")"; break; }
+SET lock_timeout = '2s';
+SET ROLE micromegas_admin;
+SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW during_recheck WITH (
+  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
+SQL
+  sleep 0.5
+done
+admin_status=0
+wait $admin || admin_status=$?
+took_ms=$(( $(date +%s%3N) - begin_ms ))
+{ [ $admin_status = 0 ] && grep -qx replaced "$work/replace_upstream.out"; } \
+  || fail "the replace of the 800-way join's upstream: $(head -c 400 "$work/replace_upstream.out")"
+[ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" != "$schema_before" ] \
+  || fail "the replace did not change the upstream's schema: this check needs a re-check of the dependent"
+[ "$(q -A -t -c "SELECT load_status FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'upstream_join'")" = ok ] \
+  || fail "the 800-way dependent no longer loads after its upstream gained a column"
+[ $writes -ge 4 ] || fail "the replace ended after $writes writes: this check needs a longer re-check"
+[ $status = "$status_before" ] && echo "limits: a replace re-checked an 800-way dependent ahead of the catalog lock (${took_ms} ms); $writes writes meanwhile did not wait"
 
 # Encoding a request for the helper services interrupts too: 42 MB of
 # control characters end with the statement's 500 ms statement_timeout (or

@@ -159,6 +159,68 @@ mod tests {
         assert_eq!(planned(), before, "the refused definition was planned again");
     }
 
+    /// A replace that changes what its dependents read plans their re-check
+    /// (and the rewrite of a dependent whose own schema moves, and that
+    /// one's dependents) before it takes the catalog lock: under the lock
+    /// nothing is planned, and the rows stored are the ones re-checked.
+    #[pg_test]
+    fn a_replace_plans_the_recheck_of_its_dependents_ahead_of_the_lock() {
+        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
+        let view = |name: &str, extract: &str, group: i32| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
+                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
+                 time_column = 'time')"
+            )
+        };
+        let fields = |name: &str| {
+            Spi::get_one_with_args::<String>(
+                "SELECT string_agg(f->>'name', ',' ORDER BY o) FROM micromegas.lakehouse_view_set_definitions d, \
+                 jsonb_array_elements(d.schema_json->'fields') WITH ORDINALITY AS x(f, o) \
+                 WHERE d.view_set_name = $1",
+                &[name.into()],
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let ahead = |statement: &str| {
+            Spi::get_one_with_args::<bool>(
+                "SELECT micromegas._mm_plan_ahead(NULL, $1, NULL, NULL, NULL, NULL, NULL)",
+                &[statement.into()],
+            )
+            .unwrap()
+            .unwrap()
+        };
+        let planned = crate::pg::api::validations_planned;
+        assert_eq!(create(&view("up_r", "SELECT time, process_id FROM log_entries", 4000)), "created");
+        // One dependent whose schema stays, one whose schema moves, and one
+        // reading that one.
+        assert_eq!(create(&view("keeps_r", "SELECT time, process_id FROM up_r", 5000)), "created");
+        assert_eq!(create(&view("moves_r", "SELECT * FROM up_r", 5000)), "created");
+        assert_eq!(create(&view("below_r", "SELECT * FROM moves_r", 6000)), "created");
+
+        let replace = view("up_r", "SELECT time, process_id, level FROM log_entries", 4000);
+        crate::pg::api::forget_validations();
+        let before = planned();
+        assert!(ahead(&replace));
+        // The replace, keeps_r's and moves_r's re-checks, moves_r's rewrite,
+        // below_r's re-check and rewrite.
+        assert_eq!(planned(), before + 6);
+        assert_eq!(create(&replace), "replaced");
+        assert_eq!(planned(), before + 6, "the replace planned under the lock");
+        assert_eq!(fields("keeps_r"), "time,process_id");
+        assert_eq!(fields("moves_r"), "time,process_id,level");
+        assert_eq!(fields("below_r"), "time,process_id,level");
+
+        // A replace that changes nothing its dependents read plans none.
+        let same = view("up_r", "SELECT time, process_id, level FROM log_entries WHERE level > 0", 4000);
+        crate::pg::api::forget_validations();
+        let before = planned();
+        assert_eq!(create(&same), "replaced");
+        assert_eq!(planned(), before + 1);
+    }
+
     /// A CREATE OR REPLACE of what a view already stores, against the
     /// sources it was validated with, takes the stored derived columns; any
     /// change to the definition, to a source or to the plan-node limit

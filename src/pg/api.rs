@@ -517,6 +517,134 @@ fn recheck(row: RowInput, overrides: &[CatalogRow]) -> (Option<String>, Option<S
     }
 }
 
+/// The stored definitions that read a view set, in the order the re-check
+/// visits them (`_mm_recheck_dependents`), with what they store now.
+const DEPENDENTS_QUERY: &str = "
+    SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
+           d.update_group, d.view_options, d.schema_ipc, d.load_status = 'ok', d.definition_sql
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.reads @> ARRAY[$1]
+     ORDER BY d.update_group, d.view_set_name";
+
+/// The stored row of a view set by name: its schema, group and whether it
+/// loads (NULL when there is none).
+const OWN_ROW_QUERY: &str = "
+    SELECT d.schema_ipc, d.update_group, d.load_status = 'ok'
+      FROM micromegas.lakehouse_view_set_definitions d
+     WHERE d.view_set_name = $1";
+
+/// At most this many validations of dependents are made ahead of one write,
+/// so that the write's own answer stays among the ones remembered
+/// (`MEMO_ENTRIES`); the re-check plans the rest under the lock.
+const DEPENDENTS_AHEAD: usize = MEMO_ENTRIES / 2;
+
+/// A stored dependent as the re-check reads it.
+struct Dependent {
+    row: RowInput,
+    schema_ipc: Option<String>,
+    loads: bool,
+    definition_sql: Option<String>,
+}
+
+fn dependents_of(name: &str) -> Vec<Dependent> {
+    Spi::connect(|client| {
+        let args = [name.to_owned().into()];
+        let mut found = Vec::new();
+        for row in client.select(DEPENDENTS_QUERY, None, &args)? {
+            found.push(Dependent {
+                row: stored_row(
+                    row.get(1)?.unwrap_or_default(),
+                    row.get(2)?.unwrap_or_default(),
+                    row.get(3)?.unwrap_or_default(),
+                    row.get(4)?.unwrap_or_default(),
+                    row.get(5)?.unwrap_or_default(),
+                    row.get::<JsonB>(6)?.map(|j| j.0),
+                ),
+                schema_ipc: row.get(7)?,
+                loads: row.get(8)?.unwrap_or(false),
+                definition_sql: row.get(9)?,
+            });
+        }
+        Ok::<_, pgrx::spi::Error>(found)
+    })
+    .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"))
+}
+
+/// Plans, ahead of the catalog lock, the re-check that writing `derived`
+/// (validated as `prepared`) will make of the definitions reading it
+/// (`_mm_recheck_dependents`), when the write changes what they read: its
+/// schema or group, or it loads again. Each dependent is planned against
+/// the catalog as it will be once the write is stored (the written view
+/// set, and any dependent whose own schema moves, taken as given), so the
+/// re-check under the lock finds the answer remembered under exactly the
+/// catalog rows it then reads, and a long dependent holds no other writer.
+/// A dependent that no longer validates, or reaches a limit, is left for
+/// the re-check to decide (and its own dependents with it).
+fn plan_dependents_ahead(derived: &Derived, prepared: &Prepared) {
+    let name = &derived.definition.name;
+    let written = CatalogRow {
+        name: name.clone(),
+        schema_ipc: Some(prepared.schema_ipc.clone()),
+        update_group: Some(derived.definition.update_group),
+        kind: SourceKind::Defined,
+        load_error: None,
+    };
+    let stored = Spi::connect(|client| {
+        let args = [name.clone().into()];
+        let table = client.select(OWN_ROW_QUERY, Some(1), &args)?;
+        match table.into_iter().next() {
+            Some(row) => Ok::<_, pgrx::spi::Error>(Some((
+                row.get::<String>(1)?,
+                row.get::<i32>(2)?,
+                row.get::<bool>(3)?.unwrap_or(false),
+            ))),
+            None => Ok(None),
+        }
+    })
+    .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"));
+    let unchanged = |(schema, group, loads): &(Option<String>, Option<i32>, bool)| {
+        *loads && schema == &written.schema_ipc && group == &written.update_group
+    };
+    if stored.as_ref().is_none_or(unchanged) {
+        return;
+    }
+    let mut given = vec![written];
+    let mut next = VecDeque::from([name.clone()]);
+    let mut planned = 0;
+    while let Some(source) = next.pop_front() {
+        for dep in dependents_of(&source) {
+            let dep_name = dep.row.view_set_name.clone().unwrap_or_default();
+            if planned >= DEPENDENTS_AHEAD || given.iter().any(|g| g.name == dep_name) {
+                continue;
+            }
+            planned += 1;
+            let mut rewrite = dep.row.clone();
+            let Ok((dep_derived, dep_prepared, _)) = try_prepare_row(dep.row, false, &given) else {
+                continue;
+            };
+            if dep.loads && dep.schema_ipc.as_deref() == Some(dep_prepared.schema_ipc.as_str()) {
+                continue;
+            }
+            // Its schema moves, or it loads again: the re-check rewrites
+            // its row (validated from its stored text and columns), then
+            // re-checks its own dependents (_mm_definitions_after_update).
+            rewrite.definition_sql = dep.definition_sql;
+            planned += 1;
+            if planned > DEPENDENTS_AHEAD || try_prepare_row(rewrite, false, &given).is_err() {
+                continue;
+            }
+            given.push(CatalogRow {
+                name: dep_name.clone(),
+                schema_ipc: Some(dep_prepared.schema_ipc),
+                update_group: Some(dep_derived.definition.update_group),
+                kind: SourceKind::Defined,
+                load_error: None,
+            });
+            next.push_back(dep_name);
+        }
+    }
+}
+
 /// The SQL-callable steps. They are created unqualified, in the extension's
 /// schema (`schema = micromegas` in the control file): a `#[pg_schema]`
 /// module would emit `CREATE SCHEMA IF NOT EXISTS`, which Postgres refuses
@@ -615,7 +743,13 @@ mod micromegas {
         let mut ok = false;
         for _ in 0..3 {
             let before = version();
-            ok = try_prepare_row(row.clone(), false, &[]).is_ok();
+            ok = match try_prepare_row(row.clone(), false, &[]) {
+                Ok((derived, prepared, _)) => {
+                    plan_dependents_ahead(&derived, &prepared);
+                    true
+                }
+                Err(_) => false,
+            };
             if version() == before {
                 break;
             }
