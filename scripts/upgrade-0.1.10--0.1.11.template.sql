@@ -23,7 +23,9 @@
 -- * a write plans its definition before it takes the catalog lock
 --   (_mm_plan_ahead, new): under the lock it takes that answer from memory
 --   unless the catalog rows the definition reads moved meanwhile, so a long
---   validation no longer holds other writers.
+--   validation no longer holds other writers. The re-check of the
+--   definitions that read a replaced view, or a re-registered built-in
+--   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
 --@verbatim schema.sql:role marks
 
 --@replace CREATE FUNCTION micromegas._mm_jobs_notify(
@@ -35,7 +37,11 @@ COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
 
 --@rust _mm_plan_ahead
 COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
-  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
+  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
+--@rust _mm_plan_builtin_ahead
+COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
+  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
+--@replace CREATE FUNCTION micromegas.mm_register_builtin_view_set(
 --@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write(
 --@replace CREATE FUNCTION micromegas.mm_privilege_matrix(

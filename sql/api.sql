@@ -171,8 +171,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_register_builtin_view_set');
 BEGIN
-  -- The schema's forms (it reads JSON or IPC given as schema_ipc), the name
-  -- rules and the shared namespace are the table trigger's.
+  -- The re-check of the definitions reading it, when this changes what they
+  -- read, is planned before the lock: under it the re-check takes the
+  -- answers from memory. The schema's forms (it reads JSON or IPC given as
+  -- schema_ipc), the name rules and the shared namespace are the table
+  -- trigger's.
+  PERFORM micromegas._mm_plan_builtin_ahead(name, schema, update_group, kind);
   PERFORM micromegas._mm_lock_catalog();
   INSERT INTO micromegas.builtin_view_sets AS b
          (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
@@ -790,7 +794,9 @@ COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_parti
 COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
   'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
-  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
+  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
+COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
+  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS

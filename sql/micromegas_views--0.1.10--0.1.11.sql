@@ -23,7 +23,9 @@
 -- * a write plans its definition before it takes the catalog lock
 --   (_mm_plan_ahead, new): under the lock it takes that answer from memory
 --   unless the catalog rows the definition reads moved meanwhile, so a long
---   validation no longer holds other writers.
+--   validation no longer holds other writers. The re-check of the
+--   definitions that read a replaced view, or a re-registered built-in
+--   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -74,7 +76,51 @@ VOLATILE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'plan_ahead_wrapper';
 COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
-  'Plans a definitions row before its write takes the catalog lock; the write takes the answer from memory unless the catalog rows it read moved';
+  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
+CREATE FUNCTION micromegas."_mm_plan_builtin_ahead"(
+	"name" TEXT, /* String */
+	"schema_text" TEXT, /* String */
+	"update_group" INT, /* i32 */
+	"kind" TEXT /* String */
+) RETURNS bool /* bool */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'plan_builtin_ahead_wrapper';
+COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
+  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
+CREATE OR REPLACE FUNCTION micromegas.mm_register_builtin_view_set(
+  name text,
+  schema text,
+  update_group integer,
+  kind text DEFAULT 'materialized',
+  has_view_maker boolean DEFAULT false,
+  global_instance_available boolean DEFAULT true)
+RETURNS TABLE (view_set_name text, schema_hash bytea, version bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_register_builtin_view_set');
+BEGIN
+  -- The re-check of the definitions reading it, when this changes what they
+  -- read, is planned before the lock: under it the re-check takes the
+  -- answers from memory. The schema's forms (it reads JSON or IPC given as
+  -- schema_ipc), the name rules and the shared namespace are the table
+  -- trigger's.
+  PERFORM micromegas._mm_plan_builtin_ahead(name, schema, update_group, kind);
+  PERFORM micromegas._mm_lock_catalog();
+  INSERT INTO micromegas.builtin_view_sets AS b
+         (view_set_name, update_group, kind, has_view_maker, global_instance_available, schema_ipc, schema_json)
+  VALUES (name, update_group, kind, has_view_maker, global_instance_available,
+          schema, NULL)
+  ON CONFLICT ON CONSTRAINT builtin_view_sets_pkey DO UPDATE
+     SET update_group = EXCLUDED.update_group, kind = EXCLUDED.kind,
+         has_view_maker = EXCLUDED.has_view_maker,
+         global_instance_available = EXCLUDED.global_instance_available,
+         schema_ipc = EXCLUDED.schema_ipc, schema_json = EXCLUDED.schema_json;
+  RETURN QUERY SELECT b.view_set_name, b.schema_hash, micromegas.mm_catalog_version()
+                 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
+END
+$$;
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
   name text,
   extract_query text,

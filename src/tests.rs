@@ -219,6 +219,36 @@ mod tests {
         let before = planned();
         assert_eq!(create(&same), "replaced");
         assert_eq!(planned(), before + 1);
+
+        // A built-in's registration that changes its schema plans the
+        // re-check of its dependents ahead of the lock too.
+        let register = |fields: &str| {
+            Spi::run(&format!(
+                "SELECT micromegas.mm_register_builtin_view_set('bt_r', '{{\"fields\": [{fields}]}}', 500, 'raw')"
+            ))
+            .unwrap()
+        };
+        let ahead_builtin = |fields: &str| {
+            Spi::get_one::<bool>(&format!(
+                "SELECT micromegas._mm_plan_builtin_ahead('bt_r', '{{\"fields\": [{fields}]}}', 500, 'raw')"
+            ))
+            .unwrap()
+            .unwrap()
+        };
+        const TWO: &str = r#"{"name": "process_id", "type": "Utf8"}, {"name": "time", "type": "Timestamp(ns, \"+00:00\")"}"#;
+        let three = format!(r#"{TWO}, {{"name": "n", "type": "Int64"}}"#);
+        register(TWO);
+        assert_eq!(create(&view("on_bt_r", "SELECT * FROM bt_r", 5000)), "created");
+        crate::pg::api::forget_validations();
+        let before = planned();
+        assert!(ahead_builtin(TWO));
+        assert_eq!(planned(), before, "an unchanged registration planned its dependents");
+        assert!(ahead_builtin(&three));
+        // The re-check of on_bt_r, and its rewrite (its schema moves).
+        assert_eq!(planned(), before + 2);
+        register(&three);
+        assert_eq!(planned(), before + 2, "the registration planned under the lock");
+        assert_eq!(fields("on_bt_r"), "process_id,time,n");
     }
 
     /// A CREATE OR REPLACE of what a view already stores, against the

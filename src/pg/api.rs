@@ -59,18 +59,23 @@ fn catalog_rows(names: &[String], own: &str) -> Vec<CatalogRow> {
                 name: row.get(1)?.unwrap_or_default(),
                 schema_ipc: row.get(2)?,
                 update_group: row.get(3)?,
-                kind: match kind.as_str() {
-                    "raw" => SourceKind::Raw,
-                    "instance_only" => SourceKind::InstanceOnly,
-                    "defined" => SourceKind::Defined,
-                    _ => SourceKind::Materialized,
-                },
+                kind: source_kind(&kind),
                 load_error: row.get(5)?,
             });
         }
         Ok::<_, pgrx::spi::Error>(rows)
     })
     .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"))
+}
+
+/// A catalog row's kind, as the tables name it.
+fn source_kind(kind: &str) -> SourceKind {
+    match kind {
+        "raw" => SourceKind::Raw,
+        "instance_only" => SourceKind::InstanceOnly,
+        "defined" => SourceKind::Defined,
+        _ => SourceKind::Materialized,
+    }
 }
 
 /// The stored row of the view being written, with what its validation
@@ -573,14 +578,8 @@ fn dependents_of(name: &str) -> Vec<Dependent> {
 /// Plans, ahead of the catalog lock, the re-check that writing `derived`
 /// (validated as `prepared`) will make of the definitions reading it
 /// (`_mm_recheck_dependents`), when the write changes what they read: its
-/// schema or group, or it loads again. Each dependent is planned against
-/// the catalog as it will be once the write is stored (the written view
-/// set, and any dependent whose own schema moves, taken as given), so the
-/// re-check under the lock finds the answer remembered under exactly the
-/// catalog rows it then reads, and a long dependent holds no other writer.
-/// A dependent that no longer validates, or reaches a limit, is left for
-/// the re-check to decide (and its own dependents with it).
-fn plan_dependents_ahead(derived: &Derived, prepared: &Prepared) {
+/// schema or group, or it loads again.
+fn plan_dependents_of_definition_ahead(derived: &Derived, prepared: &Prepared) {
     let name = &derived.definition.name;
     let written = CatalogRow {
         name: name.clone(),
@@ -605,9 +604,21 @@ fn plan_dependents_ahead(derived: &Derived, prepared: &Prepared) {
     let unchanged = |(schema, group, loads): &(Option<String>, Option<i32>, bool)| {
         *loads && schema == &written.schema_ipc && group == &written.update_group
     };
-    if stored.as_ref().is_none_or(unchanged) {
-        return;
+    if !stored.as_ref().is_none_or(unchanged) {
+        plan_dependents_ahead(written);
     }
+}
+
+/// Plans ahead of the catalog lock the re-check of the definitions reading
+/// `written`, the view set as the write will store it. Each dependent is
+/// planned against the catalog as it will be once the write is stored (the
+/// written view set, and any dependent whose own schema moves, taken as
+/// given), so the re-check under the lock finds the answer remembered under
+/// exactly the catalog rows it then reads, and a long dependent holds no
+/// other writer. A dependent that no longer validates, or reaches a limit,
+/// is left for the re-check to decide (and its own dependents with it).
+fn plan_dependents_ahead(written: CatalogRow) {
+    let name = written.name.clone();
     let mut given = vec![written];
     let mut next = VecDeque::from([name.clone()]);
     let mut planned = 0;
@@ -745,7 +756,7 @@ mod micromegas {
             let before = version();
             ok = match try_prepare_row(row.clone(), false, &[]) {
                 Ok((derived, prepared, _)) => {
-                    plan_dependents_ahead(&derived, &prepared);
+                    plan_dependents_of_definition_ahead(&derived, &prepared);
                     true
                 }
                 Err(_) => false,
@@ -755,6 +766,39 @@ mod micromegas {
             }
         }
         ok
+    }
+
+    /// Plans, before `mm_register_builtin_view_set` takes the catalog lock,
+    /// the re-check its write will make of the definitions reading the
+    /// built-in, when the write changes its schema, group or kind: under
+    /// the lock the re-check takes those answers from memory. Whether the
+    /// schema is refused is the write's to say: this answers whether it
+    /// parsed.
+    #[pg_extern(volatile, name = "_mm_plan_builtin_ahead")]
+    fn plan_builtin_ahead(name: String, schema_text: String, update_group: i32, kind: String) -> bool {
+        let parsed = run_isolated(schema_text, |text| {
+            let parsed = schema::parse_any(&text)?;
+            schema::to_ipc_base64(&parsed)
+        });
+        let Ok(schema_ipc) = parsed else {
+            return false;
+        };
+        let stored = Spi::get_one_with_args::<bool>(
+            "SELECT (SELECT b.schema_ipc = $2 AND b.update_group = $3 AND b.kind = $4
+                       FROM micromegas.builtin_view_sets b WHERE b.view_set_name = $1)",
+            &[name.clone().into(), schema_ipc.clone().into(), update_group.into(), kind.clone().into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"));
+        if stored != Some(true) {
+            plan_dependents_ahead(CatalogRow {
+                name,
+                schema_ipc: Some(schema_ipc),
+                update_group: Some(update_group),
+                kind: source_kind(&kind),
+                load_error: None,
+            });
+        }
+        true
     }
 
     /// `_mm_recheck_definition` as if the DDL view sets `names` had the
