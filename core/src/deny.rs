@@ -117,7 +117,11 @@ pub fn compile(text: &str) -> Result<Rule> {
     isolate::checkpoint()?;
     if let Some(problem) = refused_part(&expr) {
         return Err(invalid(format!("match_expr may not use {problem}"))
-            .with_detail("A rule is evaluated against one query's context: no subqueries, aggregates or window functions."));
+            .with_detail(format!(
+                "A rule is evaluated against one query's context: no subqueries, aggregates, window functions, \
+                 or functions whose output can be many times their input ({}).",
+                crate::bounded::AMPLIFYING_FUNCTIONS.join(", ")
+            )));
     }
     let coerced = expr
         .clone()
@@ -605,6 +609,11 @@ fn refused_part(expr: &Expr) -> Option<String> {
             Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) => {
                 Some("a subquery".to_string())
             }
+            // Evaluated on every query, where nothing bounds what it makes.
+            Expr::ScalarFunction(f) if crate::bounded::is_amplifying(f.func.name()) => Some(format!(
+                "{}(), whose output can be many times the size of its input",
+                f.func.name()
+            )),
             _ => None,
         };
         Ok(if found.is_some() {
@@ -1064,6 +1073,22 @@ mod tests {
         );
         let e = refused("client IN (SELECT 1)");
         assert!(e.message.starts_with("match_expr"), "{}", e.message);
+        // Evaluated on every query: nothing whose output multiplies its
+        // input, under any name or nesting.
+        for amplifying in [
+            "length(repeat(sql, 1000)) > 5",
+            "client = 'a' OR lpad(sql, 100000000) = 'x'",
+            "strpos(list_repeat(client, 9), 'a') > 0",
+            "cardinality(range(1, 10000000)) > 1",
+            "upper(regexp_replace(sql, '(.)', '\\1\\1', 'g')) = 'X'",
+        ] {
+            let e = refused(amplifying);
+            assert!(
+                e.message.starts_with("match_expr may not use ") && e.message.contains("many times the size"),
+                "{amplifying}: {}",
+                e.message
+            );
+        }
         let e = refused("client = 'a'; DROP TABLE x");
         assert_eq!(e.kind, ErrorKind::Syntax);
         let e = refused("client = 'a' FROM t");

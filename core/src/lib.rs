@@ -8,6 +8,7 @@
 //! stop, under a memory budget.
 
 pub mod author;
+pub mod bounded;
 pub mod builtins;
 pub mod catalog;
 pub mod checks;

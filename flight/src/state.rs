@@ -365,6 +365,7 @@ impl State {
         let ctx = read::new_context_with(self.settings.query_memory_bytes);
         self.settings.lake.register(&ctx);
         let inner = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
+        read::bound_amplifying_functions(&inner, self.settings.query_memory_bytes);
         let schema = LakeSchema::new(
             self.settings.lake.clone(),
             self.settings.catalog.clone(),

@@ -56,7 +56,23 @@ pub fn new_context_with(memory_bytes: usize) -> SessionContext {
         .with_target_partitions(2);
     // The catalog's types are what a file is read as (Utf8, not Utf8View).
     config.options_mut().execution.parquet.schema_force_view_types = false;
-    SessionContext::new_with_config_rt(config, runtime)
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    bound_amplifying_functions(&ctx, memory_bytes);
+    ctx
+}
+
+/// Replaces, in `ctx`, the functions whose output can be many times their
+/// input (`repeat`, `lpad`, `range`, …) with versions that refuse a call
+/// whose output would pass `memory_bytes`: the memory pool does not count
+/// what an expression allocates (micromegas_views_core::bounded).
+pub fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
+    for name in micromegas_views_core::bounded::AMPLIFYING_FUNCTIONS {
+        if let Ok(udf) = datafusion::execution::FunctionRegistry::udf(ctx, name) {
+            if let Some(bounded) = micromegas_views_core::bounded::bounded(&udf, memory_bytes) {
+                ctx.register_udf(bounded);
+            }
+        }
+    }
 }
 
 /// The insert-time range a session is restricted to: a bucket's

@@ -228,6 +228,22 @@ e = error_of(bob, "SELECT " + "+".join(["1"] * 100000) + " AS x")
 check(e is not None and "nested too deeply" in e, "a 100,000-term expression is refused by the parse check")
 e = error_of(bob, "SELECT 1 -- " + "x" * (2 << 20))
 check(e is not None and "InvalidArgument" in e and "at most" in e, "a statement past the size limit is refused")
+# What an expression allocates is not in the memory pool: a function whose
+# output multiplies its input is bounded before it runs. Over a table, on
+# constants, with a negative length (which DataFusion's own lpad turns into
+# an unaddressable reservation) or a one-nanosecond timestamp range, each is
+# refused as past the query's memory, naming the function; the service
+# answers the next query.
+for sql, name in [("SELECT length(repeat(msg, 100000000)) AS n FROM log_entries", "repeat()"),
+                  ("SELECT length(repeat('x', 2000000000)) AS n", "repeat()"),
+                  ("SELECT length(lpad(msg, CAST(level AS BIGINT) - 100)) AS n FROM log_entries", "lpad()"),
+                  ("SELECT cardinality(range(TIMESTAMP '2000-01-01T00:00:00', TIMESTAMP '2001-01-01T00:00:00', "
+                   "INTERVAL '1 nanosecond')) AS n", "range()")]:
+    e = error_of(bob, sql)
+    check(e is not None and "ResourceExhausted" in e and name in e,
+          f"{name} past the query's memory is refused before it runs ({e and e.splitlines()[0][:160]})")
+check(query(bob, "SELECT length(repeat(msg, 3)) AS n FROM log_entries LIMIT 1").to_pylist()[0]["n"] > 0,
+      "a call of such a function within the limit answers")
 # Announced and streamed schemas agree (ADBC compares them).
 check(query(bob, "SELECT abs(1) AS n, length('abc') AS l").to_pylist() == [{"n": 1, "l": 3}], "a non-null expression's schema matches its stream")
 corr = query(bob, "SELECT (SELECT count(*) FROM blocks b WHERE b.process_id = p.process_id) AS n FROM (SELECT 'x' AS process_id) p").to_pylist()

@@ -618,6 +618,7 @@ fn plan_dependents_of_definition_ahead(derived: &Derived, prepared: &Prepared) {
 /// other writer. A dependent that no longer validates, or reaches a limit,
 /// is left for the re-check to decide (and its own dependents with it).
 fn plan_dependents_ahead(written: CatalogRow) {
+    let _limit = settings::RecheckAhead::begin();
     let name = written.name.clone();
     let mut given = vec![written];
     let mut next = VecDeque::from([name.clone()]);

@@ -202,6 +202,27 @@ pub fn query_deny_max_rules() -> i32 {
     QUERY_DENY_MAX_RULES.get()
 }
 
+thread_local! {
+    static RECHECK_AHEAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// While it lives, validations are a re-check planned ahead of the catalog
+/// lock (`_mm_plan_ahead`), under the limit the re-check itself will have.
+pub struct RecheckAhead(());
+
+impl RecheckAhead {
+    pub fn begin() -> RecheckAhead {
+        RECHECK_AHEAD.set(true);
+        RecheckAhead(())
+    }
+}
+
+impl Drop for RecheckAhead {
+    fn drop(&mut self) {
+        RECHECK_AHEAD.set(false);
+    }
+}
+
 /// The time one validation may take, and whether the caller is held to the
 /// default below what it set. The session's limit, except in the
 /// extension's own re-check of a dependent: a caller's short timeout must
@@ -209,7 +230,7 @@ pub fn query_deny_max_rules() -> i32 {
 /// cancellation still apply). A caller that is not an admin gets at most the
 /// default.
 pub fn validation_timeout() -> (Duration, bool) {
-    if crate::pg::trust::held("recheck") || restoring() {
+    if crate::pg::trust::held("recheck") || RECHECK_AHEAD.get() || restoring() {
         return (Duration::from_millis(MAX_VALIDATION_TIMEOUT_MS as u64), false);
     }
     let asked = VALIDATION_TIMEOUT_MS.get().max(1);

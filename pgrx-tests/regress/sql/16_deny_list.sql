@@ -24,6 +24,7 @@ SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('colour = ''red'''
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('count(client) > 1', 'aggregate')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('row_number() OVER () = 1 AND client = ''a''', 'window')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client IN (SELECT 1)', 'subquery')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('length(repeat(sql, 1000000)) > 5', 'amplifies its input')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = ''a''; DROP TABLE x', 'two statements')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = ''a''', '   ')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = ''a''', NULL)$$);

@@ -1,0 +1,463 @@
+//! The scalar functions whose output can be many times the size of their
+//! input (`repeat('x', 1e9)`, `lpad(s, 1e9)`, `range(0, 1e12)`, …), and a
+//! wrapper that bounds what one call may produce.
+//!
+//! A query's memory pool counts what its operators hold (sorts, joins,
+//! aggregations), not what an expression allocates while it computes a
+//! batch: one `repeat(msg, 100000)` over a batch of log entries would
+//! allocate gigabytes before any operator sees it. Wrapped, such a call
+//! first estimates the bytes its output would take (an upper bound, from
+//! its arguments' lengths and counts), and refuses past the limit with
+//! `ResourcesExhausted`, the error a query past its memory gets. The
+//! services (the daemon and the FlightSQL service) register the wrapped
+//! functions in every session; a deny rule may not call them at all
+//! ([`crate::deny::compile`]), as it is evaluated on every query.
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Date32Type, Date64Type, Int16Type, Int32Type, Int64Type, Int8Type, IntervalDayTimeType,
+    IntervalMonthDayNanoType, IntervalYearMonthType, TimestampMicrosecondType,
+    TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
+    UInt64Type, UInt8Type,
+};
+use arrow_array::{Array, ArrayRef};
+use arrow_schema::{DataType, FieldRef, TimeUnit};
+use datafusion_common::config::ConfigOptions;
+use datafusion_common::{DataFusionError, Result, ScalarValue};
+use datafusion_expr::udf_eq::UdfEq;
+use datafusion_expr::{
+    ColumnarValue, Documentation, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
+    Signature,
+};
+use std::sync::Arc;
+
+/// The functions whose output can be many times their input, by their
+/// DataFusion names (aliases follow the function).
+pub const AMPLIFYING_FUNCTIONS: &[&str] = &[
+    "repeat",
+    "lpad",
+    "rpad",
+    "replace",
+    "regexp_replace",
+    "array_repeat",
+    "array_resize",
+    "range",
+    "generate_series",
+];
+
+/// Whether `name` (a function's name or alias) is one of
+/// [`AMPLIFYING_FUNCTIONS`].
+pub fn is_amplifying(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    AMPLIFYING_FUNCTIONS.contains(&name.as_str())
+        || matches!(name.as_str(), "list_repeat" | "list_resize")
+}
+
+/// `udf` bounded to `limit` bytes of output per call, if it is one of the
+/// amplifying functions.
+pub fn bounded(udf: &ScalarUDF, limit: usize) -> Option<ScalarUDF> {
+    is_amplifying(udf.name()).then(|| {
+        ScalarUDF::new_from_impl(Bounded {
+            inner: Arc::clone(udf.inner()).into(),
+            limit,
+        })
+    })
+}
+
+/// An amplifying function that refuses a call whose output would pass
+/// `limit` bytes.
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Bounded {
+    inner: UdfEq<Arc<dyn ScalarUDFImpl>>,
+    limit: usize,
+}
+
+impl Bounded {
+    fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
+        let Some(bytes) = output_bound(self.inner.name(), &args.args, args.number_rows) else {
+            return Ok(());
+        };
+        if bytes == u64::MAX {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{}() was given a count it cannot produce (negative, or too large)",
+                self.inner.name()
+            )));
+        }
+        if bytes > self.limit as u64 {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{}() would produce up to {bytes} bytes for {} rows, more than the {} bytes one call may produce \
+                 (the query's memory limit)",
+                self.inner.name(),
+                args.number_rows,
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl ScalarUDFImpl for Bounded {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+    fn schema_name(&self, args: &[datafusion_expr::Expr]) -> Result<String> {
+        self.inner.schema_name(args)
+    }
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+    fn return_field_from_args(&self, args: ReturnFieldArgs) -> Result<FieldRef> {
+        self.inner.return_field_from_args(args)
+    }
+    fn is_nullable(&self, args: &[datafusion_expr::Expr], schema: &dyn datafusion_common::ExprSchema) -> bool {
+        #[allow(deprecated)]
+        self.inner.is_nullable(args, schema)
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+    fn with_updated_config(&self, config: &ConfigOptions) -> Option<ScalarUDF> {
+        let updated = self.inner.with_updated_config(config)?;
+        bounded(&updated, self.limit)
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        self.check(&args)?;
+        self.inner.invoke_with_args(args)
+    }
+    fn documentation(&self) -> Option<&Documentation> {
+        self.inner.documentation()
+    }
+}
+
+/// One argument measured per row: a length or a number (None: null, so
+/// the row's output is null).
+enum Measure {
+    Scalar(Option<i128>),
+    Rows(Vec<Option<i128>>),
+}
+
+impl Measure {
+    fn at(&self, row: usize) -> Option<i128> {
+        match self {
+            Measure::Scalar(v) => *v,
+            Measure::Rows(v) => v.get(row).copied().flatten(),
+        }
+    }
+    fn is_scalar(&self) -> bool {
+        matches!(self, Measure::Scalar(_))
+    }
+}
+
+fn rows_of(array: &ArrayRef, f: impl Fn(&ArrayRef, usize) -> Option<i128>) -> Measure {
+    Measure::Rows((0..array.len()).map(|i| if array.is_null(i) { None } else { f(array, i) }).collect())
+}
+
+/// The byte length of a string or binary argument.
+fn length(arg: &ColumnarValue) -> Option<Measure> {
+    match arg {
+        ColumnarValue::Scalar(v) => Some(Measure::Scalar(match v {
+            ScalarValue::Utf8(s) | ScalarValue::LargeUtf8(s) | ScalarValue::Utf8View(s) => s.as_ref().map(|s| s.len() as i128),
+            ScalarValue::Binary(b) | ScalarValue::LargeBinary(b) | ScalarValue::BinaryView(b) => b.as_ref().map(|b| b.len() as i128),
+            ScalarValue::Null => None,
+            _ => return None,
+        })),
+        ColumnarValue::Array(a) => Some(match a.data_type() {
+            DataType::Utf8 => rows_of(a, |a, i| Some(a.as_string::<i32>().value(i).len() as i128)),
+            DataType::LargeUtf8 => rows_of(a, |a, i| Some(a.as_string::<i64>().value(i).len() as i128)),
+            DataType::Utf8View => rows_of(a, |a, i| Some(a.as_string_view().value(i).len() as i128)),
+            DataType::Binary => rows_of(a, |a, i| Some(a.as_binary::<i32>().value(i).len() as i128)),
+            DataType::LargeBinary => rows_of(a, |a, i| Some(a.as_binary::<i64>().value(i).len() as i128)),
+            DataType::BinaryView => rows_of(a, |a, i| Some(a.as_binary_view().value(i).len() as i128)),
+            _ => return None,
+        }),
+    }
+}
+
+/// An integer argument, a date or timestamp in nanoseconds, or an interval
+/// in nanoseconds (a month as 31 days: an upper bound of its length).
+fn number(arg: &ColumnarValue) -> Option<Measure> {
+    const DAY: i128 = 86_400_000_000_000;
+    match arg {
+        ColumnarValue::Scalar(v) => Some(Measure::Scalar(match v {
+            ScalarValue::Null => None,
+            ScalarValue::Int8(x) => x.map(i128::from),
+            ScalarValue::Int16(x) => x.map(i128::from),
+            ScalarValue::Int32(x) => x.map(i128::from),
+            ScalarValue::Int64(x) => x.map(i128::from),
+            ScalarValue::UInt8(x) => x.map(i128::from),
+            ScalarValue::UInt16(x) => x.map(i128::from),
+            ScalarValue::UInt32(x) => x.map(i128::from),
+            ScalarValue::UInt64(x) => x.map(i128::from),
+            ScalarValue::Date32(x) => x.map(|d| i128::from(d) * DAY),
+            ScalarValue::Date64(x) => x.map(|d| i128::from(d) * 1_000_000),
+            ScalarValue::TimestampSecond(x, _) => x.map(|t| i128::from(t) * 1_000_000_000),
+            ScalarValue::TimestampMillisecond(x, _) => x.map(|t| i128::from(t) * 1_000_000),
+            ScalarValue::TimestampMicrosecond(x, _) => x.map(|t| i128::from(t) * 1_000),
+            ScalarValue::TimestampNanosecond(x, _) => x.map(i128::from),
+            ScalarValue::IntervalYearMonth(x) => x.map(|m| i128::from(m) * 31 * DAY),
+            ScalarValue::IntervalDayTime(x) => {
+                x.map(|v| i128::from(v.days) * DAY + i128::from(v.milliseconds) * 1_000_000)
+            }
+            ScalarValue::IntervalMonthDayNano(x) => x.map(|v| {
+                i128::from(v.months) * 31 * DAY + i128::from(v.days) * DAY + i128::from(v.nanoseconds)
+            }),
+            _ => return None,
+        })),
+        ColumnarValue::Array(a) => Some(match a.data_type() {
+            DataType::Int8 => rows_of(a, |a, i| Some(a.as_primitive::<Int8Type>().value(i).into())),
+            DataType::Int16 => rows_of(a, |a, i| Some(a.as_primitive::<Int16Type>().value(i).into())),
+            DataType::Int32 => rows_of(a, |a, i| Some(a.as_primitive::<Int32Type>().value(i).into())),
+            DataType::Int64 => rows_of(a, |a, i| Some(a.as_primitive::<Int64Type>().value(i).into())),
+            DataType::UInt8 => rows_of(a, |a, i| Some(a.as_primitive::<UInt8Type>().value(i).into())),
+            DataType::UInt16 => rows_of(a, |a, i| Some(a.as_primitive::<UInt16Type>().value(i).into())),
+            DataType::UInt32 => rows_of(a, |a, i| Some(a.as_primitive::<UInt32Type>().value(i).into())),
+            DataType::UInt64 => rows_of(a, |a, i| Some(a.as_primitive::<UInt64Type>().value(i).into())),
+            DataType::Date32 => rows_of(a, |a, i| Some(i128::from(a.as_primitive::<Date32Type>().value(i)) * DAY)),
+            DataType::Date64 => rows_of(a, |a, i| Some(i128::from(a.as_primitive::<Date64Type>().value(i)) * 1_000_000)),
+            DataType::Timestamp(TimeUnit::Second, _) => {
+                rows_of(a, |a, i| Some(i128::from(a.as_primitive::<TimestampSecondType>().value(i)) * 1_000_000_000))
+            }
+            DataType::Timestamp(TimeUnit::Millisecond, _) => {
+                rows_of(a, |a, i| Some(i128::from(a.as_primitive::<TimestampMillisecondType>().value(i)) * 1_000_000))
+            }
+            DataType::Timestamp(TimeUnit::Microsecond, _) => {
+                rows_of(a, |a, i| Some(i128::from(a.as_primitive::<TimestampMicrosecondType>().value(i)) * 1_000))
+            }
+            DataType::Timestamp(TimeUnit::Nanosecond, _) => {
+                rows_of(a, |a, i| Some(i128::from(a.as_primitive::<TimestampNanosecondType>().value(i))))
+            }
+            DataType::Interval(arrow_schema::IntervalUnit::YearMonth) => {
+                rows_of(a, |a, i| Some(i128::from(a.as_primitive::<IntervalYearMonthType>().value(i)) * 31 * DAY))
+            }
+            DataType::Interval(arrow_schema::IntervalUnit::DayTime) => rows_of(a, |a, i| {
+                let v = a.as_primitive::<IntervalDayTimeType>().value(i);
+                Some(i128::from(v.days) * DAY + i128::from(v.milliseconds) * 1_000_000)
+            }),
+            DataType::Interval(arrow_schema::IntervalUnit::MonthDayNano) => rows_of(a, |a, i| {
+                let v = a.as_primitive::<IntervalMonthDayNanoType>().value(i);
+                Some(i128::from(v.months) * 31 * DAY + i128::from(v.days) * DAY + i128::from(v.nanoseconds))
+            }),
+            _ => return None,
+        }),
+    }
+}
+
+/// The average bytes one row of an argument takes (an element to repeat).
+fn element_bytes(arg: &ColumnarValue, rows: usize) -> i128 {
+    match arg {
+        ColumnarValue::Scalar(v) => v.size() as i128,
+        ColumnarValue::Array(a) => (a.get_array_memory_size() / rows.max(1)).max(1) as i128,
+    }
+}
+
+/// Σ over the rows of `f` of the measures (a row with a null measure
+/// produces a null: nothing). Measures that are all scalars are computed
+/// once and multiplied by the rows.
+fn total(rows: usize, measures: &[Measure], f: impl Fn(&[i128]) -> i128) -> u64 {
+    let mut values = vec![0i128; measures.len()];
+    let at = |row: usize, values: &mut Vec<i128>| {
+        for (slot, m) in values.iter_mut().zip(measures) {
+            match m.at(row) {
+                Some(v) => *slot = v,
+                None => return 0,
+            }
+        }
+        f(values).max(0)
+    };
+    let sum: i128 = if measures.iter().all(Measure::is_scalar) {
+        at(0, &mut values).saturating_mul(rows.max(1) as i128)
+    } else {
+        (0..rows).fold(0i128, |acc, row| acc.saturating_add(at(row, &mut values)))
+    };
+    u64::try_from(sum).unwrap_or(u64::MAX)
+}
+
+/// An upper bound of the bytes `name`'s output takes for these arguments,
+/// or None when the arguments are of a kind not measured here.
+pub fn output_bound(name: &str, args: &[ColumnarValue], rows: usize) -> Option<u64> {
+    let name = name.to_ascii_lowercase();
+    let arg = |i: usize| args.get(i);
+    Some(match name.as_str() {
+        // The string repeated n times.
+        "repeat" => total(rows, &[length(arg(0)?)?, number(arg(1)?)?], |v| v[0].saturating_mul(v[1].max(0))),
+        // n characters of up to four bytes each. DataFusion 55 reserves
+        // the sum of the lengths as unsigned, so a negative one (given per
+        // row) reserves more than can be addressed and aborts the call:
+        // it is counted as such.
+        "lpad" | "rpad" => total(rows, &[number(arg(1)?)?], |v| {
+            if v[0] < 0 { i128::MAX } else { v[0].saturating_mul(4) }
+        }),
+        // Every occurrence of `from` (every character boundary when it is
+        // empty) replaced by `to`.
+        "replace" => total(rows, &[length(arg(0)?)?, length(arg(1)?)?, length(arg(2)?)?], |v| {
+            let occurrences = if v[1] == 0 { v[0] + 1 } else { v[0] / v[1] };
+            v[0].saturating_add(occurrences.saturating_mul(v[2]))
+        }),
+        // Up to one match per character boundary, each replaced by the
+        // replacement, whose group references (two bytes each at least)
+        // copy at most the whole input each.
+        "regexp_replace" => total(rows, &[length(arg(0)?)?, length(arg(2)?)?], |v| {
+            v[0].saturating_add((v[0] + 1).saturating_mul(v[1]))
+                .saturating_add((v[1] / 2).saturating_mul(v[0]))
+        }),
+        // The element n times.
+        "array_repeat" | "list_repeat" => {
+            let element = element_bytes(arg(0)?, rows);
+            total(rows, &[number(arg(1)?)?], |v| v[0].max(0).saturating_mul(element))
+        }
+        // n elements of the list (or of the given value).
+        "array_resize" | "list_resize" => {
+            let element = match arg(2) {
+                Some(value) => element_bytes(value, rows).max(16),
+                None => 16,
+            };
+            total(rows, &[number(arg(1)?)?], |v| v[0].max(0).saturating_mul(element))
+        }
+        // One 8-byte value per step from start to stop.
+        "range" | "generate_series" => {
+            let steps = |v: &[i128]| -> i128 {
+                let (start, stop, step) = match v.len() {
+                    1 => (0, v[0], 1),
+                    2 => (v[0], v[1], 1),
+                    _ => (v[0], v[1], v[2]),
+                };
+                ((stop - start).abs() / step.abs().max(1) + 1).saturating_mul(8)
+            };
+            let measures = args.iter().map(number).collect::<Option<Vec<_>>>()?;
+            total(rows, &measures, steps)
+        }
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+    use arrow_schema::Field;
+
+    /// `udf` called on `args` (as DataFusion would, for `rows` rows).
+    fn call(udf: &ScalarUDF, args: Vec<ColumnarValue>, rows: usize) -> Result<ColumnarValue> {
+        let arg_fields: Vec<FieldRef> = args
+            .iter()
+            .map(|a| Arc::new(Field::new("a", a.data_type(), true)))
+            .collect();
+        let types: Vec<DataType> = args.iter().map(ColumnarValue::data_type).collect();
+        let return_type = udf.return_type(&types)?;
+        udf.invoke_with_args(ScalarFunctionArgs {
+            args,
+            arg_fields,
+            number_rows: rows,
+            return_field: Arc::new(Field::new("r", return_type, true)),
+            config_options: Arc::new(ConfigOptions::default()),
+        })
+    }
+
+    /// The bytes an output actually holds: its string bytes, or its list
+    /// values at 8 bytes each (what the bound counts).
+    fn produced(out: &ColumnarValue, rows: usize) -> u64 {
+        let array = out.to_array(rows).unwrap();
+        match array.data_type() {
+            DataType::Utf8 => array.as_string::<i32>().values().len() as u64,
+            DataType::LargeUtf8 => array.as_string::<i64>().values().len() as u64,
+            DataType::Utf8View => {
+                let v = array.as_string_view();
+                (0..v.len()).map(|i| v.value(i).len() as u64).sum()
+            }
+            DataType::List(_) => array.as_list::<i32>().values().len() as u64 * 8,
+            DataType::LargeList(_) => array.as_list::<i64>().values().len() as u64 * 8,
+            other => panic!("unexpected output {other}"),
+        }
+    }
+
+    fn strings(values: &[Option<&str>]) -> ColumnarValue {
+        ColumnarValue::Array(Arc::new(StringArray::from(values.to_vec())))
+    }
+    fn ints(values: &[Option<i64>]) -> ColumnarValue {
+        ColumnarValue::Array(Arc::new(Int64Array::from(values.to_vec())))
+    }
+    fn text(s: &str) -> ColumnarValue {
+        ColumnarValue::Scalar(ScalarValue::Utf8(Some(s.to_string())))
+    }
+    fn int(n: i64) -> ColumnarValue {
+        ColumnarValue::Scalar(ScalarValue::Int64(Some(n)))
+    }
+
+    /// For each function, on arrays, scalars, nulls, empty and multi-byte
+    /// input: what the real function produces never exceeds the bound.
+    #[test]
+    fn the_bound_is_never_below_what_the_function_produces() {
+        let words = || strings(&[Some("ab"), None, Some("é日本"), Some(""), Some("xyzxyzxyz")]);
+        let counts = || ints(&[Some(3), Some(2), Some(0), Some(7), Some(-1)]);
+        let cases: Vec<(ScalarUDF, Vec<ColumnarValue>, usize)> = vec![
+            (datafusion_functions::string::repeat().as_ref().clone(), vec![words(), counts()], 5),
+            (datafusion_functions::string::repeat().as_ref().clone(), vec![text("abc"), int(1000)], 3),
+            (datafusion_functions::unicode::lpad().as_ref().clone(), vec![words(), ints(&[Some(3), Some(2), Some(0), Some(7), None])], 5),
+            (datafusion_functions::unicode::lpad().as_ref().clone(), vec![words(), int(9), text("日")], 5),
+            (datafusion_functions::unicode::rpad().as_ref().clone(), vec![words(), ints(&[Some(1), Some(12), None, Some(0), Some(4)]), text("ü")], 5),
+            (datafusion_functions::string::replace().as_ref().clone(), vec![words(), text("x"), text("[longer]")], 5),
+            (datafusion_functions::string::replace().as_ref().clone(), vec![words(), text(""), text("--")], 5),
+            (datafusion_functions::regex::regexp_replace().as_ref().clone(), vec![words(), text("(.)"), text("\\1\\1\\1"), text("g")], 5),
+            (datafusion_functions::regex::regexp_replace().as_ref().clone(), vec![words(), text("x*"), text("<>"), text("g")], 5),
+            (datafusion_functions_nested::range::range_udf().as_ref().clone(), vec![int(0), int(1000), int(7)], 2),
+            (datafusion_functions_nested::range::range_udf().as_ref().clone(), vec![ints(&[Some(5), None, Some(-40)]), ints(&[Some(50), Some(1), Some(40)]), int(3)], 3),
+            (datafusion_functions_nested::range::gen_series_udf().as_ref().clone(), vec![int(-10), int(10)], 4),
+            (datafusion_functions_nested::repeat::array_repeat_udf().as_ref().clone(), vec![ints(&[Some(1), Some(2), None]), ints(&[Some(4), Some(0), Some(9)])], 3),
+        ];
+        for (udf, args, rows) in cases {
+            let name = udf.name().to_string();
+            let bound = output_bound(&name, &args, rows).unwrap_or_else(|| panic!("{name}: no bound"));
+            let out = call(&udf, args, rows).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let made = produced(&out, rows);
+            assert!(made <= bound, "{name}: produced {made} bytes, bound {bound}");
+        }
+    }
+
+    /// Bounded, a call under the limit answers what the function answers;
+    /// past it, ResourcesExhausted naming the function, before computing.
+    #[test]
+    fn a_bounded_call_past_its_limit_is_refused_before_it_runs() {
+        let repeat = datafusion_functions::string::repeat();
+        let capped = bounded(&repeat, 1 << 20).expect("repeat is amplifying");
+        let small = vec![strings(&[Some("ab"), Some("c")]), int(100)];
+        let want = call(&repeat, small.clone(), 2).unwrap().to_array(2).unwrap();
+        let got = call(&capped, small, 2).unwrap().to_array(2).unwrap();
+        assert_eq!(got.as_ref(), want.as_ref());
+
+        // A billion copies of one byte, over 8,192 rows.
+        let rows = 8192;
+        let huge = vec![text("x"), int(1_000_000_000)];
+        match call(&capped, huge, rows) {
+            Err(DataFusionError::ResourcesExhausted(m)) => {
+                assert!(m.contains("repeat()") && m.contains("8192000000000 bytes"), "{m}")
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+        // A timestamp range with a one-nanosecond step.
+        let range = datafusion_functions_nested::range::range_udf();
+        let capped = bounded(&range, 1 << 20).unwrap();
+        let year = |y: i64| ColumnarValue::Scalar(ScalarValue::TimestampNanosecond(Some((y - 1970) * 31_556_952_000_000_000), None));
+        let step = ColumnarValue::Scalar(ScalarValue::IntervalMonthDayNano(Some(
+            arrow_array::types::IntervalMonthDayNano::new(0, 0, 1),
+        )));
+        assert!(matches!(
+            call(&capped, vec![year(2000), year(2001), step], 1),
+            Err(DataFusionError::ResourcesExhausted(_))
+        ));
+        // A negative length given per row: DataFusion's own lpad would
+        // reserve more than can be addressed and abort.
+        let lpad = bounded(&datafusion_functions::unicode::lpad(), 1 << 20).unwrap();
+        match call(&lpad, vec![strings(&[Some("a"), Some("b")]), ints(&[Some(3), Some(-1)])], 2) {
+            Err(DataFusionError::ResourcesExhausted(m)) => assert!(m.contains("lpad() was given a count"), "{m}"),
+            other => panic!("not refused: {other:?}"),
+        }
+        assert!(bounded(&datafusion_functions::string::upper(), 1 << 20).is_none());
+        assert!(is_amplifying("LIST_REPEAT") && !is_amplifying("concat"));
+    }
+}
