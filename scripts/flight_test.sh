@@ -58,32 +58,45 @@ cat >"$work/keys.json" <<JSON
 JSON
 chmod 600 "$work/keys.json"
 
-"$flight" --dsn "host=$PGHOST port=$PGPORT user=mmv_fl_service dbname=$db" --lake "file://$lake" \
-  --keys "$work/keys.json" --listen 127.0.0.1:0 >"$work/flight.out" 2>"$work/flight.log" &
-server=$!
-stop_server() { kill -INT $server 2>/dev/null && wait $server 2>/dev/null; return 0; }
-trap stop_server EXIT
-address=""
-for _ in $(seq 1 200); do
-  address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/flight.out")
-  [ -n "$address" ] && break
-  kill -0 $server 2>/dev/null || break
-  sleep 0.05
-done
-if [ -z "$address" ]; then
-  echo "flight: the service did not start: $(tail -5 "$work/flight.log")"
-  exit 1
-fi
-echo "flight: micromegas-views-flight listening on $address"
+# start_server NAME ARGS...: a service on a free loopback port, its address
+# in $address, its log in $work/NAME.log.
+servers=()
+stop_servers() { for pid in "${servers[@]}"; do kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done; return 0; }
+trap stop_servers EXIT
+start_server() {
+  local name=$1; shift
+  "$flight" --dsn "host=$PGHOST port=$PGPORT user=mmv_fl_service dbname=$db" --lake "file://$lake" \
+    --keys "$work/keys.json" --listen 127.0.0.1:0 "$@" >"$work/$name.out" 2>"$work/$name.log" &
+  local pid=$!
+  servers+=("$pid")
+  address=""
+  for _ in $(seq 1 200); do
+    address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/$name.out")
+    [ -n "$address" ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  if [ -z "$address" ]; then
+    echo "flight: the service did not start: $(tail -5 "$work/$name.log")"
+    exit 1
+  fi
+  echo "flight: micromegas-views-flight ($name) listening on $address"
+}
+start_server flight
+main_address=$address
+# One query at a time, for four seconds: a query stopped at its deadline
+# must give its slot back within moments, not when its work would end.
+start_server short --query-timeout-seconds 4 --max-concurrent-queries 1
+short_address=$address
 
 status=0
-FLIGHT="grpc://$address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
+FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
   DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
   ADMIN_KEY="$admin_key" ALICE_KEY="$alice_key" BOB_KEY="$bob_key" \
   "$py" "$here/flight/test_flight.py" || status=1
 
 # No secret in the service's log.
-if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log"; then
+if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log" "$work/short.log"; then
   echo "flight: FAILED: a key appears in the service's log"; status=1
 fi
 exit $status

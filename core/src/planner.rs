@@ -82,6 +82,36 @@ pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query
     )
 }
 
+/// How much a query asks planning to do, beyond its nesting: the tables
+/// it reads (every FROM and JOIN item, in every CTE, subquery and set
+/// operation member) and its SELECT blocks. Planning grows faster than
+/// linearly with both (join ordering, one plan per member), and it cannot
+/// be stopped part way, so a service caps them before planning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueryShape {
+    pub tables: usize,
+    pub selects: usize,
+}
+
+/// The [`QueryShape`] of a parsed query.
+pub fn query_shape(query: &sqlparser::ast::Query) -> QueryShape {
+    struct Count(QueryShape);
+    impl Visitor for Count {
+        type Break = ();
+        fn pre_visit_table_factor(&mut self, _: &sqlparser::ast::TableFactor) -> ControlFlow<()> {
+            self.0.tables += 1;
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_select(&mut self, _: &sqlparser::ast::Select) -> ControlFlow<()> {
+            self.0.selects += 1;
+            ControlFlow::Continue(())
+        }
+    }
+    let mut count = Count(QueryShape::default());
+    let _ = query.visit(&mut count);
+    count.0
+}
+
 struct NestingGuard {
     depth: usize,
 }

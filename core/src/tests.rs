@@ -1593,3 +1593,22 @@ fn the_time_limit_hint_offers_a_longer_limit_only_below_the_maximum() {
     assert_eq!(longest.hint.as_deref(), Some("Simplify the query."));
     assert!(longest.detail.unwrap().contains("the longest it may take"));
 }
+
+#[test]
+fn a_query_shape_counts_every_table_and_select_block() {
+    let shape = |sql: &str| crate::planner::query_shape(&crate::planner::parse_query("q", sql).unwrap());
+    use crate::planner::QueryShape;
+    assert_eq!(shape("SELECT 1"), QueryShape { tables: 0, selects: 1 });
+    assert_eq!(
+        shape("SELECT * FROM a JOIN b ON a.x = b.x CROSS JOIN (SELECT * FROM c) s"),
+        QueryShape { tables: 4, selects: 2 }
+    );
+    // Set operation members, CTEs, and subqueries in expressions.
+    assert_eq!(
+        shape("WITH t AS (SELECT * FROM a) SELECT * FROM t UNION ALL SELECT * FROM b \
+               UNION ALL SELECT * FROM c WHERE x IN (SELECT y FROM d)"),
+        QueryShape { tables: 5, selects: 5 }
+    );
+    let union = (0..300).map(|i| format!("SELECT {i} AS x")).collect::<Vec<_>>().join(" UNION ALL ");
+    assert_eq!(shape(&union), QueryShape { tables: 0, selects: 300 });
+}

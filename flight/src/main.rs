@@ -53,6 +53,15 @@ struct Args {
     /// The longest statement taken, in bytes.
     #[arg(long, default_value_t = 1 << 20)]
     max_statement_bytes: usize,
+    /// The most tables a statement may read (every FROM and JOIN item, in
+    /// every CTE, subquery and UNION member): planning cannot be stopped
+    /// part way, and grows faster than linearly with them.
+    #[arg(long, default_value_t = 64)]
+    max_query_tables: usize,
+    /// The most SELECT blocks a statement may hold (UNION members, CTEs,
+    /// subqueries), for the same reason.
+    #[arg(long, default_value_t = 256)]
+    max_query_selects: usize,
 }
 
 fn pool(dsn: &str, size: usize, what: &str) -> Result<deadpool_postgres::Pool, String> {
@@ -122,6 +131,10 @@ fn main() -> ExitCode {
             statement_timeout: Duration::from_millis(args.statement_timeout_ms),
             max_concurrent_queries: args.max_concurrent_queries,
             max_statement_bytes: args.max_statement_bytes,
+            max_query_shape: micromegas_views_core::planner::QueryShape {
+                tables: args.max_query_tables,
+                selects: args.max_query_selects,
+            },
         };
         let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);
         let address = args

@@ -47,6 +47,8 @@ pub struct Settings {
     pub max_concurrent_queries: usize,
     /// The longest statement taken, in bytes.
     pub max_statement_bytes: usize,
+    /// The most tables and SELECT blocks a statement may hold.
+    pub max_query_shape: micromegas_views_core::planner::QueryShape,
 }
 
 /// A value kept current by a watcher, loaded once before serving.
@@ -364,8 +366,7 @@ impl State {
             .map(Arc::new);
         let ctx = read::new_context_with(self.settings.query_memory_bytes);
         self.settings.lake.register(&ctx);
-        let inner = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
-        read::bound_amplifying_functions(&inner, self.settings.query_memory_bytes);
+        let inner = read::context_with(ctx.copied_config(), ctx.runtime_env(), self.settings.query_memory_bytes);
         let schema = LakeSchema::new(
             self.settings.lake.clone(),
             self.settings.catalog.clone(),
@@ -400,7 +401,7 @@ impl State {
         if let Some(kind) = functions::ddl_kind(sql) {
             return Ok(Some(kind));
         }
-        micromegas_views_core::planner::parse_query("the statement", sql).map_err(|e| {
+        let query = micromegas_views_core::planner::parse_query("the statement", sql).map_err(|e| {
             let mut message = e.message.clone();
             if e.kind == micromegas_views_core::ErrorKind::TooComplex {
                 if let Some(d) = &e.detail {
@@ -409,6 +410,20 @@ impl State {
             }
             Status::invalid_argument(message)
         })?;
+        // Planning cannot be stopped part way: its size is bounded first.
+        let shape = micromegas_views_core::planner::query_shape(&query);
+        let max = self.settings.max_query_shape;
+        for (what, count, limit, flag) in [
+            ("tables", shape.tables, max.tables, "--max-query-tables"),
+            ("SELECT blocks", shape.selects, max.selects, "--max-query-selects"),
+        ] {
+            if count > limit {
+                return Err(Status::invalid_argument(format!(
+                    "the statement has {count} {what}; this service plans at most {limit} ({flag}): \
+                     split it, or aggregate in a materialized view"
+                )));
+            }
+        }
         Ok(None)
     }
 

@@ -56,7 +56,24 @@ pub fn new_context_with(memory_bytes: usize) -> SessionContext {
         .with_target_partitions(2);
     // The catalog's types are what a file is read as (Utf8, not Utf8View).
     config.options_mut().execution.parquet.schema_force_view_types = false;
-    let ctx = SessionContext::new_with_config_rt(config, runtime);
+    context_with(config, runtime, memory_bytes)
+}
+
+/// A session with `config` and `runtime` as every session of the services
+/// is made: the amplifying functions bounded to `memory_bytes` per call,
+/// and every operator's output a yield point.
+pub fn context_with(
+    config: SessionConfig,
+    runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
+    memory_bytes: usize,
+) -> SessionContext {
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(config)
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .with_physical_optimizer_rule(Arc::new(YieldEveryBatch))
+        .build();
+    let ctx = SessionContext::new_with_state(state);
     bound_amplifying_functions(&ctx, memory_bytes);
     ctx
 }
@@ -65,13 +82,56 @@ pub fn new_context_with(memory_bytes: usize) -> SessionContext {
 /// input (`repeat`, `lpad`, `range`, …) with versions that refuse a call
 /// whose output would pass `memory_bytes`: the memory pool does not count
 /// what an expression allocates (micromegas_views_core::bounded).
-pub fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
+fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
     for name in micromegas_views_core::bounded::AMPLIFYING_FUNCTIONS {
         if let Ok(udf) = datafusion::execution::FunctionRegistry::udf(ctx, name) {
             if let Some(bounded) = micromegas_views_core::bounded::bounded(&udf, memory_bytes) {
                 ctx.register_udf(bounded);
             }
         }
+    }
+}
+
+/// The last physical rule of every session: each operator that is not a
+/// yield point already gets one above it ([`CooperativeExec`]), so every
+/// batch any operator produces spends the task's scheduling budget.
+/// DataFusion makes only the scans cooperative: a join that produces many
+/// batches from one input batch (a cross join, say), read by a TopK or an
+/// aggregation that never waits, would otherwise run without yielding, and
+/// a query aborted at its deadline (or by its client going away, or a
+/// daemon's job being given back) would go on until it ends.
+///
+/// [`CooperativeExec`]: datafusion::physical_plan::coop::CooperativeExec
+#[derive(Debug)]
+struct YieldEveryBatch;
+
+impl datafusion::physical_optimizer::PhysicalOptimizerRule for YieldEveryBatch {
+    fn optimize(
+        &self,
+        plan: Arc<dyn datafusion::physical_plan::ExecutionPlan>,
+        _config: &datafusion::config::ConfigOptions,
+    ) -> datafusion::error::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+        use datafusion::common::tree_node::{Transformed, TreeNode};
+        use datafusion::physical_plan::coop::CooperativeExec;
+        use datafusion::physical_plan::execution_plan::SchedulingType;
+        plan.transform_up(|node| {
+            // A CooperativeExec is itself cooperative.
+            let yields = node.properties().scheduling_type == SchedulingType::Cooperative;
+            Ok(if yields {
+                Transformed::no(node)
+            } else {
+                Transformed::yes(Arc::new(CooperativeExec::new(node)) as _)
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "YieldEveryBatch"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
     }
 }
 
@@ -294,4 +354,56 @@ pub fn closure(sets: &[ViewSet], names: &[String]) -> Vec<ViewSet> {
         wanted.extend(more);
     }
     sets.iter().filter(|s| wanted.contains(&s.name)).cloned().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::{Int64Array, RecordBatch};
+    use datafusion::arrow::datatypes::{Field, Schema};
+    use futures::StreamExt;
+    use std::time::{Duration, Instant};
+
+    fn numbers(ctx: &SessionContext, name: &str, rows: i64) {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap();
+        let table = MemTable::try_new(schema, vec![vec![batch]]).unwrap();
+        ctx.register_table(name, Arc::new(table)).unwrap();
+    }
+
+    /// A cross join read by a TopK makes millions of rows from two small
+    /// inputs without waiting on anything. Aborted, every task it started
+    /// stops within moments (each operator's batches spend the task's
+    /// budget): the runtime it ran on shuts down at once, where without a
+    /// yield point above the join its partitions' tasks ran on for as long
+    /// as the whole join takes (80 s here).
+    #[test]
+    fn an_aborted_cross_join_into_a_topk_stops_at_once() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let ctx = new_context_with(256 << 20);
+        numbers(&ctx, "a", 20_000);
+        numbers(&ctx, "b", 20_000);
+        let sql = "SELECT a.n, b.n FROM a CROSS JOIN b ORDER BY (a.n * 7919 + b.n * 104729) % 1000003 DESC LIMIT 1";
+        let plan = runtime.block_on(async { ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap() });
+        let shown = datafusion::physical_plan::displayable(plan.as_ref()).indent(false).to_string();
+        let lines: Vec<&str> = shown.lines().map(str::trim_start).collect();
+        let join = lines.iter().position(|l| l.starts_with("CrossJoinExec")).expect("a cross join");
+        assert!(join > 0 && lines[join - 1] == "CooperativeExec", "{shown}");
+
+        let task_ctx = ctx.task_ctx();
+        let task = runtime.spawn(async move {
+            let mut stream = datafusion::physical_plan::execute_stream(plan, task_ctx).unwrap();
+            while let Some(batch) = stream.next().await {
+                batch.unwrap();
+            }
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let aborted = Instant::now();
+        task.abort();
+        // Dropping a runtime waits for each of its tasks to reach a yield
+        // point (where an aborted task ends).
+        drop(runtime);
+        let took = aborted.elapsed();
+        assert!(took < Duration::from_millis(500), "the aborted query's tasks ran on for {took:?}");
+    }
 }

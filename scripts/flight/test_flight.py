@@ -25,11 +25,11 @@ def check(ok, what):
         failures.append(what)
 
 
-def connect(key, headers=None):
+def connect(key, headers=None, address=None):
     kwargs = {DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {key}"}
     for k, v in (headers or {}).items():
         kwargs[f"{DatabaseOptions.RPC_CALL_HEADER_PREFIX.value}{k}"] = v
-    return flightsql.connect(E["FLIGHT"], db_kwargs=kwargs, autocommit=True)
+    return flightsql.connect(address or E["FLIGHT"], db_kwargs=kwargs, autocommit=True)
 
 
 def query(conn, sql):
@@ -228,6 +228,17 @@ e = error_of(bob, "SELECT " + "+".join(["1"] * 100000) + " AS x")
 check(e is not None and "nested too deeply" in e, "a 100,000-term expression is refused by the parse check")
 e = error_of(bob, "SELECT 1 -- " + "x" * (2 << 20))
 check(e is not None and "InvalidArgument" in e and "at most" in e, "a statement past the size limit is refused")
+# Planning cannot be stopped part way: its size is capped before it starts
+# (thousands of UNION members or hundreds of joins planned for minutes past
+# their deadline).
+e = error_of(bob, "SELECT b0.block_id FROM blocks b0 " + " ".join(f"JOIN blocks b{i} ON b{i}.block_id = b0.block_id" for i in range(1, 65)))
+check(e is not None and "InvalidArgument" in e and "65 tables" in e and "--max-query-tables" in e,
+      f"a 65-table join is refused before planning ({e and e.splitlines()[0][:140]})")
+e = error_of(bob, " UNION ALL ".join(f"SELECT {i} AS x" for i in range(1000)))
+check(e is not None and "InvalidArgument" in e and "1000 SELECT blocks" in e and "--max-query-selects" in e,
+      f"a 1,000-member UNION is refused before planning ({e and e.splitlines()[0][:140]})")
+union = query(bob, " UNION ALL ".join(f"SELECT {i} AS x" for i in range(200))).to_pylist()
+check(sorted(r["x"] for r in union) == list(range(200)), "a 200-member UNION answers")
 # What an expression allocates is not in the memory pool: a function whose
 # output multiplies its input is bounded before it runs. Over a table, on
 # constants, with a negative length (which DataFusion's own lpad turns into
@@ -244,6 +255,25 @@ for sql, name in [("SELECT length(repeat(msg, 100000000)) AS n FROM log_entries"
           f"{name} past the query's memory is refused before it runs ({e and e.splitlines()[0][:160]})")
 check(query(bob, "SELECT length(repeat(msg, 3)) AS n FROM log_entries LIMIT 1").to_pylist()[0]["n"] > 0,
       "a call of such a function within the limit answers")
+# Work stops at its deadline. On the service that runs one query at a time
+# for four seconds, a cross join read by a TopK (a join that makes many
+# batches from each input batch, read by an operator that never waits:
+# minutes of work in this build) gets DEADLINE_EXCEEDED, and the next query
+# gets the only slot within its own four seconds: the aborted work yields at
+# every batch, so it ended within moments of its deadline, where it used to
+# run to its end holding the slot.
+short = connect(E["BOB_KEY"], address=E["FLIGHT_SHORT"])
+t0 = time.monotonic()
+e = error_of(short, "SELECT a.msg, b.msg FROM log_entries a CROSS JOIN log_entries b "
+                    "WHERE length(a.msg || b.msg || a.msg || b.msg) > 0 "
+                    "ORDER BY concat(a.msg, b.msg, a.msg, b.msg, a.msg, b.msg) DESC LIMIT 1")
+stopped = time.monotonic() - t0
+check(e is not None and "DeadlineExceeded" in e, f"a cross join into a TopK past its 4 s deadline is stopped after {stopped:.2f} s ({e and e.splitlines()[0][:120]})")
+t0 = time.monotonic()
+e = error_of(short, "SELECT count(*) AS c FROM blocks")
+took = time.monotonic() - t0
+check(e is None, f"the next query got the only slot and answered after {took:.2f} s ({e and e.splitlines()[0][:120]})")
+short.close()
 # Announced and streamed schemas agree (ADBC compares them).
 check(query(bob, "SELECT abs(1) AS n, length('abc') AS l").to_pylist() == [{"n": 1, "l": 3}], "a non-null expression's schema matches its stream")
 corr = query(bob, "SELECT (SELECT count(*) FROM blocks b WHERE b.process_id = p.process_id) AS n FROM (SELECT 'x' AS process_id) p").to_pylist()
