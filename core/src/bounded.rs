@@ -11,7 +11,7 @@
 //! `ResourcesExhausted`, the error a query past its memory gets. The
 //! services (the daemon and the FlightSQL service) register the wrapped
 //! functions in every session; a deny rule may not call them at all
-//! ([`crate::deny::compile`]), as it is evaluated on every query.
+//! (the deny list's `compile`), as it is evaluated on every query.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{

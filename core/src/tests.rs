@@ -1199,6 +1199,7 @@ fn non_composable_merge_is_silent_on_order_aggregates_and_filters() {
 /// it (so they read top to bottom, and no import cycle can come back).
 const LAYERS: &[&str] = &[
     "error",
+    "bounded",
     "isolate",
     "schema",
     "catalog",
