@@ -26,6 +26,7 @@
 #    whole buckets (a sample of the last hours), and not one without it;
 #  - gc deletes the expired files the catalog hands out and an orphan
 #    object past its grace period, and no recorded file;
+#  - a running job's row shows its progress;
 #  - a refresh job run by `run --once` over a source file whose column type
 #    differs from the catalog's fails, not retryable, naming the file and
 #    the column, and records nothing;
@@ -233,11 +234,16 @@ SQL
 job=$(q -c "SELECT micromegas.mm_refresh_view('measures_killed', '$begin', '$end')")
 "$daemon" run --once --worker doomed --heartbeat-seconds 1 --lake "file://$lake" --dsn "$dsn" 2>"$MMV_RUN/lake-doomed.log" &
 doomed=$!
+# The running job's row shows its progress (sent with each heartbeat): it
+# is killed once that says three buckets are done.
+progress=""
 for _ in $(seq 1 300); do
-  [ "$(q -c "SELECT count(*) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")" -ge 3 ] && break
+  progress=$(q -c "SELECT progress FROM micromegas.jobs WHERE job_id = '$job' AND (progress->>'buckets_done')::int >= 3")
+  [ -n "$progress" ] && break
   sleep 0.05
 done
 kill -9 $doomed
+[ -n "$progress" ] || fail "the running job's row never showed three buckets done"
 doomed_status=0
 wait $doomed 2>/dev/null || doomed_status=$?
 [ $doomed_status = 137 ] || fail "the doomed daemon ended with $doomed_status before it was killed: $(tail -3 "$MMV_RUN/lake-doomed.log")"
@@ -257,7 +263,9 @@ state=$(q -c "SELECT state || ' ' || worker || ' ' || attempts FROM micromegas.m
   || fail "the view killed midway is not complete"
 "$py" "$root/scripts/lake/oracle.py" "$daemon" "file://$lake" "$lake" "$dsn" "$begin" "$end" measures_killed:measures_hourly_v2 || status=1
 q -c "ALTER DATABASE mmv_lakehouse RESET micromegas_views.job_lease" >/dev/null
-echo "lakehouse: a daemon killed after $written of 24 buckets: every recorded file present; the job taken again after its lease ($state), the view complete"
+done_reported=$(echo "$progress" | python3 -c "import json,sys; print(json.load(sys.stdin)['buckets_done'])")
+[ "$done_reported" -le "$written" ] || fail "the job's row said $done_reported buckets done, but only $written were recorded"
+echo "lakehouse: a daemon killed after $written of 24 buckets (its row said: $progress): every recorded file present; the job taken again after its lease ($state), the view complete"
 
 # gc: the expired files the catalog hands out (deleted after its
 # transaction), then the objects no row names, past the grace period.

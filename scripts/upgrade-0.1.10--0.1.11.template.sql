@@ -26,6 +26,9 @@
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
 --   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
+-- * a job's row shows its progress (jobs.progress, new): a worker's
+--   heartbeat may carry it (mm_heartbeat_job's third argument, new,
+--   DEFAULT NULL: two-argument calls work as before); a claim clears it.
 --@verbatim schema.sql:role marks
 
 --@replace CREATE FUNCTION micromegas._mm_jobs_notify(
@@ -47,6 +50,14 @@ COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
 --@replace CREATE FUNCTION micromegas.mm_privilege_matrix(
 --@new CREATE FUNCTION micromegas._mm_queue_buckets(
 --@replace CREATE FUNCTION micromegas.regenerate_partitions(
+-- A running job's progress, reported with its heartbeats.
+ALTER TABLE micromegas.jobs ADD COLUMN progress jsonb;
+COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
+DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
+--@new CREATE FUNCTION micromegas.mm_heartbeat_job(
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
+  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
+--@replace CREATE FUNCTION micromegas.mm_claim_jobs(
 --@new CREATE FUNCTION micromegas.materialize_partitions(
 COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';

@@ -633,8 +633,8 @@ COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
   'A worker claims the oldest queued job, with a lease and the lease token that proves the claim';
 COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
   'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
-COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid) IS
-  'A worker extends its lease (proved by the token mm_claim_job returned); says whether the job should stop';
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
+  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
 COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, uuid, boolean, text, text, boolean) IS
   'A worker reports a job''s result under its lease token; any other caller gets 55000 and changes nothing';
 COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
@@ -944,6 +944,7 @@ COMMENT ON COLUMN micromegas.jobs.failure_phase IS 'Where it failed';
 COMMENT ON COLUMN micromegas.jobs.failure_message IS 'Why it failed';
 COMMENT ON COLUMN micromegas.jobs.failure_retryable IS 'Whether the worker said a retry may succeed';
 COMMENT ON COLUMN micromegas.jobs.lease_token_hash IS 'SHA-256 of the current lease token';
+COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
 COMMENT ON COLUMN micromegas.lakehouse_partitions.view_set_name IS 'The view set';
 COMMENT ON COLUMN micromegas.lakehouse_partitions.view_instance_id IS 'The instance (global for the view set as a whole)';
 COMMENT ON COLUMN micromegas.lakehouse_partitions.begin_insert_time IS 'Start of the insert range it covers';

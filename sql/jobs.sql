@@ -45,6 +45,9 @@ CREATE TABLE micromegas.jobs (
   -- Only a hash of the running claim's lease token, so no reader of this
   -- table can use it (0.1.5; last, as the upgrade adds it).
   lease_token_hash bytea,
+  -- What the running attempt reported with its heartbeats (0.1.11; last,
+  -- as the upgrade adds it).
+  progress jsonb,
   CONSTRAINT jobs_range CHECK (begin_time IS NULL OR end_time IS NULL OR begin_time <= end_time),
   CONSTRAINT jobs_lease CHECK ((state = 'running') = (lease_expires_at IS NOT NULL)
                                AND (state = 'running') = (lease_token_hash IS NOT NULL)
@@ -295,7 +298,7 @@ BEGIN
        SET state = 'running', worker = mm_claim_jobs.worker, started_at = clock_timestamp(),
            lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
            lease_token_hash = micromegas._mm_lease_hash(p.token),
-           attempts = j.attempts + 1
+           attempts = j.attempts + 1, progress = NULL
       FROM (SELECT i.job_id, gen_random_uuid() AS token FROM unnest(ids) i(job_id)) p
      WHERE j.job_id = p.job_id
     RETURNING j.job_id, j.kind::text, j.view_set_name, j.begin_time, j.end_time, j.params::jsonb, j.attempts, j.worker,
@@ -342,11 +345,18 @@ $$;
 
 -- The worker is alive: extends the lease. Returns 'running', or
 -- 'cancel_requested' when the worker should stop (and finish the job).
-CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid) RETURNS text
+CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid, progress jsonb DEFAULT NULL) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   stop boolean;
 BEGIN
+  -- What the attempt has done so far, for people watching the job: one
+  -- small JSON object (every reader sees it), kept until the next report.
+  IF $3 IS NOT NULL AND (pg_catalog.jsonb_typeof($3) <> 'object' OR pg_catalog.octet_length($3::text) > 4096) THEN
+    RAISE EXCEPTION 'a job''s progress must be a JSON object of at most 4096 bytes'
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('Got a JSON %s of %s bytes.', pg_catalog.jsonb_typeof($3), pg_catalog.octet_length($3::text));
+  END IF;
   -- On a standby the refusal that names the operation; on the primary one
   -- built-in call, not a nested function with its own search_path (#28).
   IF pg_catalog.pg_is_in_recovery() THEN
@@ -358,7 +368,8 @@ BEGIN
   -- then, is now locked under this lease): the statement runs again.
   FOR attempt IN 1..2 LOOP
     UPDATE micromegas.jobs x
-       SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds())
+       SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           progress = coalesce($3, x.progress)
      WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
     RETURNING x.cancel_requested INTO stop;
     IF FOUND THEN

@@ -26,6 +26,9 @@
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
 --   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
+-- * a job's row shows its progress (jobs.progress, new): a worker's
+--   heartbeat may carry it (mm_heartbeat_job's third argument, new,
+--   DEFAULT NULL: two-argument calls work as before); a claim clears it.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -420,6 +423,89 @@ DECLARE
   on_primary boolean := micromegas._mm_require_writable('regenerate_partitions');
 BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('regenerate', 'regenerate_partitions', $1, $2, $3, $4);
+END
+$$;
+-- A running job's progress, reported with its heartbeats.
+ALTER TABLE micromegas.jobs ADD COLUMN progress jsonb;
+COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
+DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
+CREATE FUNCTION micromegas.mm_heartbeat_job(job_id uuid, lease_token uuid, progress jsonb DEFAULT NULL) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  stop boolean;
+BEGIN
+  -- What the attempt has done so far, for people watching the job: one
+  -- small JSON object (every reader sees it), kept until the next report.
+  IF $3 IS NOT NULL AND (pg_catalog.jsonb_typeof($3) <> 'object' OR pg_catalog.octet_length($3::text) > 4096) THEN
+    RAISE EXCEPTION 'a job''s progress must be a JSON object of at most 4096 bytes'
+      USING ERRCODE = 'invalid_parameter_value',
+            DETAIL = format('Got a JSON %s of %s bytes.', pg_catalog.jsonb_typeof($3), pg_catalog.octet_length($3::text));
+  END IF;
+  -- On a standby the refusal that names the operation; on the primary one
+  -- built-in call, not a nested function with its own search_path (#28).
+  IF pg_catalog.pg_is_in_recovery() THEN
+    PERFORM micromegas._mm_require_writable('mm_heartbeat_job');
+  END IF;
+  -- One statement checks the lease, locks the row and extends the lease.
+  -- When it finds no row, _mm_held_job raises why; it returns only when the
+  -- claim committed after that statement began (its row, not yet running
+  -- then, is now locked under this lease): the statement runs again.
+  FOR attempt IN 1..2 LOOP
+    UPDATE micromegas.jobs x
+       SET lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           progress = coalesce($3, x.progress)
+     WHERE x.job_id = $1 AND x.state = 'running' AND x.lease_token_hash = micromegas._mm_lease_hash($2)
+    RETURNING x.cancel_requested INTO stop;
+    IF FOUND THEN
+      RETURN CASE WHEN stop THEN 'cancel_requested' ELSE 'running' END;
+    END IF;
+    PERFORM micromegas._mm_held_job($1, $2);
+  END LOOP;
+  RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
+END
+$$;
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
+  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
+CREATE OR REPLACE FUNCTION micromegas.mm_claim_jobs(worker text, max_jobs integer DEFAULT 1, kinds text[] DEFAULT NULL)
+RETURNS SETOF micromegas.claimed_job
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+  now_ts timestamptz := clock_timestamp();
+  ids uuid[];
+BEGIN
+  -- On a standby the refusal that names the operation; on the primary one
+  -- built-in call, not a nested function with its own search_path (#28).
+  IF pg_catalog.pg_is_in_recovery() THEN
+    PERFORM micromegas._mm_require_writable('mm_claim_jobs');
+  END IF;
+  IF coalesce(btrim(worker, E' \t\n\r\f\v'), '') = '' THEN
+    RAISE EXCEPTION 'mm_claim_jobs: a worker name is required' USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF max_jobs IS NULL OR max_jobs < 1 OR max_jobs > 1000 THEN
+    RAISE EXCEPTION 'mm_claim_jobs: max_jobs must be between 1 and 1000, not %', coalesce(max_jobs::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF EXISTS (SELECT 1 FROM micromegas.jobs x WHERE x.state = 'running' AND x.lease_expires_at < now_ts) THEN
+    PERFORM micromegas._mm_expire_leases();
+  END IF;
+  ids := ARRAY(SELECT x.job_id FROM micromegas.jobs x
+                WHERE x.state = 'queued' AND (kinds IS NULL OR x.kind = ANY (kinds))
+                ORDER BY x.created_at LIMIT max_jobs
+                  FOR UPDATE SKIP LOCKED);
+  IF cardinality(ids) = 0 THEN
+    RETURN;
+  END IF;
+  RETURN QUERY
+    UPDATE micromegas.jobs j
+       SET state = 'running', worker = mm_claim_jobs.worker, started_at = clock_timestamp(),
+           lease_expires_at = clock_timestamp() + make_interval(secs => micromegas._mm_job_lease_seconds()),
+           lease_token_hash = micromegas._mm_lease_hash(p.token),
+           attempts = j.attempts + 1, progress = NULL
+      FROM (SELECT i.job_id, gen_random_uuid() AS token FROM unnest(ids) i(job_id)) p
+     WHERE j.job_id = p.job_id
+    RETURNING j.job_id, j.kind::text, j.view_set_name, j.begin_time, j.end_time, j.params::jsonb, j.attempts, j.worker,
+              j.lease_expires_at, p.token;
 END
 $$;
 CREATE FUNCTION micromegas.materialize_partitions(

@@ -70,13 +70,22 @@ impl JobOutcome {
     }
 }
 
-/// What the handler can watch while it runs.
+/// What the handler can watch while it runs, and how it says how far it
+/// got.
 #[derive(Debug, Clone)]
 pub struct JobContext {
     cancel: watch::Receiver<bool>,
+    progress: watch::Sender<Option<serde_json::Value>>,
 }
 
 impl JobContext {
+    /// The attempt's progress so far (a small JSON object: at most 4096
+    /// bytes as text), sent with the next heartbeat and shown in the job's
+    /// row (`micromegas.jobs.progress`) until the next report.
+    pub fn report_progress(&self, progress: serde_json::Value) {
+        self.progress.send_replace(Some(progress));
+    }
+
     /// True once a cancellation was requested (seen on a heartbeat).
     pub fn is_cancelled(&self) -> bool {
         *self.cancel.borrow()
@@ -172,7 +181,8 @@ impl JobWorker {
         tracing::info!(job_id = %job_id, kind = %job.kind, view_set_name = %job.view_set_name,
                        attempts = job.attempts, worker = %self.config.worker, "micromegas_views: job claimed");
         let (cancel_tx, cancel_rx) = watch::channel(false);
-        let work = handler(job, JobContext { cancel: cancel_rx });
+        let (progress_tx, mut progress_rx) = watch::channel(None);
+        let work = handler(job, JobContext { cancel: cancel_rx, progress: progress_tx });
         tokio::pin!(work);
         let mut ticker = tokio::time::interval(self.config.heartbeat_interval);
         ticker.tick().await;
@@ -180,9 +190,15 @@ impl JobWorker {
             tokio::select! {
                 outcome = &mut work => break outcome,
                 _ = ticker.tick() => {
+                    // The progress reported since the last heartbeat, if any.
+                    let progress = progress_rx
+                        .has_changed()
+                        .unwrap_or(false)
+                        .then(|| progress_rx.borrow_and_update().clone().map(tokio_postgres::types::Json))
+                        .flatten();
                     let beat = client
-                        .query_one("SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid)",
-                                   &[&job_id, &lease_token])
+                        .query_one("SELECT micromegas.mm_heartbeat_job($1::text::uuid, $2::text::uuid, $3::jsonb)",
+                                   &[&job_id, &lease_token, &progress])
                         .await;
                     match beat {
                         Ok(row) => {

@@ -308,8 +308,23 @@ async fn handle(lake: &Lake, dsn: &str, job: Job, ctx: JobContext) -> JobOutcome
             reports.push(r);
         } else {
             let stop = || ctx.is_cancelled();
+            // After each bucket, how far the job got: shown in its row
+            // with the next heartbeat.
+            let (mut buckets, mut rows, mut bytes) = (0u64, 0i64, 0i64);
+            let each = |r: &BucketReport| {
+                log_bucket(r);
+                buckets += 1;
+                rows += r.rows;
+                bytes += r.bytes;
+                ctx.report_progress(serde_json::json!({
+                    "buckets_done": buckets,
+                    "rows_written": rows,
+                    "bytes_written": bytes,
+                    "last_bucket_end": r.end.to_rfc3339(),
+                }));
+            };
             reports = write::materialize_range(
-                lake, &client, &sets, view, begin, end, mode, &checked, Widths::Both, log_bucket, &stop,
+                lake, &client, &sets, view, begin, end, mode, &checked, Widths::Both, each, &stop,
             )
             .await?;
         }

@@ -74,6 +74,16 @@ SELECT lease_token_hash = micromegas._mm_lease_hash(:'t1') AS only_the_hash_is_s
   FROM micromegas.jobs WHERE job_id = :'j1';
 SELECT micromegas.mm_heartbeat_job(:'j1', :'t1');
 SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, gen_random_uuid())$$, :'j1'));
+-- A heartbeat may carry the attempt's progress, which its row shows until
+-- the next report (a heartbeat without one keeps it); it must be one small
+-- JSON object, and nothing changes when it is not.
+SELECT micromegas.mm_heartbeat_job(:'j1', :'t1', '{"buckets_done": 3, "buckets": 24}');
+SELECT micromegas.mm_heartbeat_job(:'j1', :'t1');
+SELECT progress FROM micromegas.jobs WHERE job_id = :'j1';
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, %L, '[1, 2]')$$, :'j1', :'t1'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, %L, jsonb_build_object('log', repeat('x', 5000)))$$, :'j1', :'t1'));
+SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_heartbeat_job(%L, gen_random_uuid(), '{"buckets_done": 9}')$$, :'j1'));
+SELECT progress FROM micromegas.jobs WHERE job_id = :'j1';
 SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, gen_random_uuid(), true)$$, :'j1'));
 SELECT * FROM mmv_try_j(format($$SELECT micromegas.mm_finish_job(%L, NULL, true)$$, :'j1'));
 SELECT micromegas.mm_finish_job(:'j1', :'t1', true);
@@ -88,11 +98,14 @@ SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_job('00000000-0000-0000-0000
 -- attempt (micromegas_views.job_max_attempts); a final one stays failed.
 SET micromegas_views.job_max_attempts = 2;
 SELECT job_id AS j2, lease_token AS t2 FROM micromegas.mm_claim_job('w1') \gset
+SELECT micromegas.mm_heartbeat_job(:'j2', :'t2', '{"buckets_done": 1}');
 SELECT micromegas.mm_finish_job(:'j2', :'t2', false, 'extract', 'object store timed out', true);
 SELECT state, attempts, failure_phase, failure_message, failure_retryable FROM micromegas.mm_job(:'j2');
 SELECT job_id = :'j2' AS same_job, attempts, lease_token <> :'t2' AS new_token, lease_token AS t2b
   FROM micromegas.mm_claim_job('w2') \gset
 SELECT :'same_job' AS same_job, :'attempts' AS attempts, :'new_token' AS new_token;
+-- A new attempt starts with no progress.
+SELECT progress IS NULL AS no_progress_yet FROM micromegas.jobs WHERE job_id = :'j2';
 SELECT micromegas.mm_finish_job(:'j2', :'t2b', false, 'extract', 'object store timed out', true);
 SELECT state, attempts, failure_retryable FROM micromegas.mm_job(:'j2');
 RESET micromegas_views.job_max_attempts;
