@@ -5,8 +5,9 @@
 # through FlightSQL, the daemon materializing it, readers seeing exactly the
 # rows of their audiences under every query shape, the deny list refusing a
 # query by its hash and recording the hit, a non-admin's DDL and admin
-# functions refused, the metadata calls, and a replace queryable within a
-# second.
+# functions refused, the metadata calls, a replace queryable within a
+# second, limits on what a query may use, and a service reading its catalog
+# from a hot standby of the cluster while it writes to the primary.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -61,8 +62,9 @@ chmod 600 "$work/keys.json"
 # start_server NAME ARGS...: a service on a free loopback port, its address
 # in $address, its log in $work/NAME.log.
 servers=()
+stop_standby() { :; }
 stop_servers() { for pid in "${servers[@]}"; do kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done; return 0; }
-trap stop_servers EXIT
+trap 'stop_servers; stop_standby' EXIT
 start_server() {
   local name=$1; shift
   "$flight" --dsn "host=$PGHOST port=$PGPORT user=mmv_fl_service dbname=$db" --lake "file://$lake" \
@@ -89,14 +91,35 @@ main_address=$address
 start_server short --query-timeout-seconds 4 --max-concurrent-queries 1
 short_address=$address
 
+# A hot standby of this cluster (pg_basebackup -R, its own port and socket)
+# for a service that reads its catalog there (--catalog-dsn) and writes to
+# the primary; it polls the standby every second (a standby delivers no
+# NOTIFY).
+standby="$work/standby"
+standby_port=$((PGPORT + 200))
+standby_socket="$work/standby-socket"
+stop_standby() {
+  [ -d "$standby/data" ] && as_postgres "$PG_BIN/pg_ctl" -D "$standby/data" -m immediate stop >/dev/null 2>&1 || true
+}
+mkdir -p "$standby" "$standby_socket"
+[ "$(id -u)" = 0 ] && chown postgres "$standby" "$standby_socket"
+as_postgres "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby/data" -R -X stream -c fast
+echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=mmv_flight_standby'" \
+  | as_postgres tee -a "$standby/data/postgresql.auto.conf" >/dev/null
+as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$standby/data" -w \
+  -l "$standby/postgres.log" -o "-p $standby_port -k $standby_socket -c listen_addresses='' -c hot_standby=on" start >/dev/null
+MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS=1 start_server on_standby \
+  --catalog-dsn "host=$standby_socket port=$standby_port user=mmv_fl_service dbname=$db"
+standby_address=$address
+
 status=0
-FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
+FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" FLIGHT_STANDBY="grpc://$standby_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
   DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
   ADMIN_KEY="$admin_key" ALICE_KEY="$alice_key" BOB_KEY="$bob_key" \
   "$py" "$here/flight/test_flight.py" || status=1
 
 # No secret in the service's log.
-if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log" "$work/short.log"; then
+if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log" "$work/short.log" "$work/on_standby.log"; then
   echo "flight: FAILED: a key appears in the service's log"; status=1
 fi
 exit $status

@@ -321,6 +321,31 @@ time.sleep(0.2)
 check(error_of(alice, "SELECT count(*) FROM log_counts") is None and len(listed) == 2,
       "an admin lists and removes the rules while every query is denied")
 
+# --- The catalog from a hot standby ------------------------------------------
+# A service reading its catalog from a standby (--catalog-dsn, polled every
+# second) answers as the primary's does, and its DDL goes to the primary: the
+# new view is queryable through it as soon as the standby has replayed it.
+on_standby_bob = connect(E["BOB_KEY"], address=E["FLIGHT_STANDBY"])
+on_standby_admin = connect(E["ADMIN_KEY"], address=E["FLIGHT_STANDBY"])
+same = "SELECT process_id, level, sum(n) AS n FROM log_counts GROUP BY 1, 2"
+check(normalize(query(on_standby_bob, same)) == normalize(query(bob, same)),
+      "bob's rows through the service reading the standby equal those through the primary's")
+t0 = time.monotonic()
+made = query(on_standby_admin, LOG_COUNTS.replace("log_counts", "standby_counts").replace("3100", "3200")).to_pylist()
+check(made == [{"view_set_name": "standby_counts", "status": "created"}] and
+      psql("SELECT count(*) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'standby_counts'") == "1",
+      f"an admin's CREATE through the service reading the standby is written on the primary: {made}")
+seen = None
+while time.monotonic() - t0 < 10:
+    if error_of(on_standby_bob, "SELECT * FROM standby_counts LIMIT 0") is None:
+        seen = time.monotonic() - t0
+        break
+    time.sleep(0.05)
+check(seen is not None and seen < 5, f"the new view is queryable through the standby's catalog after {seen and round(seen * 1000)} ms")
+query(admin, "DROP MATERIALIZED VIEW standby_counts")
+on_standby_bob.close()
+on_standby_admin.close()
+
 # --- Live: a replace is visible within a second -----------------------------
 replaced = LOG_COUNTS.replace("CREATE MATERIALIZED VIEW", "CREATE OR REPLACE MATERIALIZED VIEW") \
     .replace("count(*) AS n\n", "count(*) AS n, max(time) AS last_time\n") \
