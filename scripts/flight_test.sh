@@ -63,7 +63,17 @@ chmod 600 "$work/keys.json"
 # in $address, its log in $work/NAME.log.
 servers=()
 stop_standby() { :; }
-stop_servers() { for pid in "${servers[@]}"; do kill -INT "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; done; return 0; }
+# Each is asked to stop (SIGINT: a graceful shutdown), and killed if it has
+# not within ten seconds.
+stop_servers() {
+  local pid
+  for pid in "${servers[@]}"; do kill -INT "$pid" 2>/dev/null; done
+  for pid in "${servers[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null && echo "flight: the service $pid did not stop on SIGINT within 10 s"
+  done
+  return 0
+}
 trap 'stop_servers; stop_standby' EXIT
 start_server() {
   local name=$1; shift
@@ -73,7 +83,7 @@ start_server() {
   servers+=("$pid")
   address=""
   for _ in $(seq 1 200); do
-    address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/$name.out")
+    [ -f "$work/$name.out" ] && address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/$name.out")
     [ -n "$address" ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.05
@@ -86,9 +96,10 @@ start_server() {
 }
 start_server flight
 main_address=$address
-# One query at a time, for four seconds: a query stopped at its deadline
-# must give its slot back within moments, not when its work would end.
-start_server short --query-timeout-seconds 4 --max-concurrent-queries 1
+# One query at a time, for four seconds, in 64 MB: a query stopped at its
+# deadline must give its slot back within moments, not when its work would
+# end.
+start_server short --query-timeout-seconds 4 --max-concurrent-queries 1 --query-memory-mb 64
 short_address=$address
 
 # A hot standby of this cluster (pg_basebackup -R, its own port and socket)

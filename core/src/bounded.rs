@@ -43,6 +43,9 @@ pub const AMPLIFYING_FUNCTIONS: &[&str] = &[
     "array_resize",
     "range",
     "generate_series",
+    "concat",
+    "concat_ws",
+    "array_concat",
 ];
 
 /// Whether `name` (a function's name or alias) is one of
@@ -50,7 +53,7 @@ pub const AMPLIFYING_FUNCTIONS: &[&str] = &[
 pub fn is_amplifying(name: &str) -> bool {
     let name = name.to_ascii_lowercase();
     AMPLIFYING_FUNCTIONS.contains(&name.as_str())
-        || matches!(name.as_str(), "list_repeat" | "list_resize")
+        || matches!(name.as_str(), "list_repeat" | "list_resize" | "list_concat" | "array_cat" | "list_cat")
 }
 
 /// `udf` bounded to `limit` bytes of output per call, if it is one of the
@@ -248,11 +251,27 @@ fn number(arg: &ColumnarValue) -> Option<Measure> {
     }
 }
 
-/// The average bytes one row of an argument takes (an element to repeat).
-fn element_bytes(arg: &ColumnarValue, rows: usize) -> i128 {
+/// The bytes each row of an element argument takes: a string's or a
+/// binary's own length (plus its offset and view), a fixed-width value's
+/// width; for other types (lists, structs) the batch's average per row.
+fn element_bytes(arg: &ColumnarValue, rows: usize) -> Measure {
+    if let Some(Measure::Rows(lengths)) = length(arg) {
+        return Measure::Rows(lengths.into_iter().map(|l| Some(l.unwrap_or(0) + 16)).collect());
+    }
     match arg {
-        ColumnarValue::Scalar(v) => v.size() as i128,
-        ColumnarValue::Array(a) => (a.get_array_memory_size() / rows.max(1)).max(1) as i128,
+        ColumnarValue::Scalar(v) => Measure::Scalar(Some(v.size() as i128)),
+        ColumnarValue::Array(a) => Measure::Scalar(Some(match a.data_type().primitive_width() {
+            Some(width) => width as i128,
+            None => (a.get_array_memory_size() / rows.max(1)).max(1) as i128,
+        })),
+    }
+}
+
+/// The bytes an argument holds for the whole batch (a scalar once per row).
+fn batch_bytes(arg: &ColumnarValue, rows: usize) -> i128 {
+    match arg {
+        ColumnarValue::Scalar(v) => (v.size() as i128).saturating_mul(rows.max(1) as i128),
+        ColumnarValue::Array(a) => a.get_array_memory_size() as i128,
     }
 }
 
@@ -307,17 +326,27 @@ pub fn output_bound(name: &str, args: &[ColumnarValue], rows: usize) -> Option<u
                 .saturating_add((v[1] / 2).saturating_mul(v[0]))
         }),
         // The element n times.
-        "array_repeat" | "list_repeat" => {
-            let element = element_bytes(arg(0)?, rows);
-            total(rows, &[number(arg(1)?)?], |v| v[0].max(0).saturating_mul(element))
-        }
+        "array_repeat" | "list_repeat" => total(rows, &[element_bytes(arg(0)?, rows), number(arg(1)?)?], |v| {
+            v[1].max(0).saturating_mul(v[0])
+        }),
         // n elements of the list (or of the given value).
         "array_resize" | "list_resize" => {
             let element = match arg(2) {
-                Some(value) => element_bytes(value, rows).max(16),
-                None => 16,
+                Some(value) => element_bytes(value, rows),
+                None => Measure::Scalar(Some(16)),
             };
-            total(rows, &[number(arg(1)?)?], |v| v[0].max(0).saturating_mul(element))
+            total(rows, &[element, number(arg(1)?)?], |v| v[1].max(0).saturating_mul(v[0].max(16)))
+        }
+        // Everything its arguments hold, joined (a separator once between
+        // each two).
+        "concat" | "concat_ws" | "array_concat" | "list_concat" | "array_cat" | "list_cat" => {
+            let joined = args.iter().fold(0i128, |acc, a| acc.saturating_add(batch_bytes(a, rows)));
+            let separators = if name == "concat_ws" {
+                args.first().map_or(0, |s| batch_bytes(s, rows)).saturating_mul(args.len() as i128)
+            } else {
+                0
+            };
+            u64::try_from(joined.saturating_add(separators).max(0)).unwrap_or(u64::MAX)
         }
         // One 8-byte value per step from start to stop.
         "range" | "generate_series" => {
@@ -370,9 +399,17 @@ mod tests {
                 let v = array.as_string_view();
                 (0..v.len()).map(|i| v.value(i).len() as u64).sum()
             }
-            DataType::List(_) => array.as_list::<i32>().values().len() as u64 * 8,
-            DataType::LargeList(_) => array.as_list::<i64>().values().len() as u64 * 8,
+            DataType::List(_) => child_bytes(array.as_list::<i32>().values()),
+            DataType::LargeList(_) => child_bytes(array.as_list::<i64>().values()),
             other => panic!("unexpected output {other}"),
+        }
+    }
+
+    /// A list's values: their string bytes and offsets, or 8 bytes each.
+    fn child_bytes(values: &ArrayRef) -> u64 {
+        match values.data_type() {
+            DataType::Utf8 => values.as_string::<i32>().values().len() as u64 + 4 * values.len() as u64,
+            _ => values.len() as u64 * 8,
         }
     }
 
@@ -409,6 +446,12 @@ mod tests {
             (datafusion_functions_nested::range::range_udf().as_ref().clone(), vec![ints(&[Some(5), None, Some(-40)]), ints(&[Some(50), Some(1), Some(40)]), int(3)], 3),
             (datafusion_functions_nested::range::gen_series_udf().as_ref().clone(), vec![int(-10), int(10)], 4),
             (datafusion_functions_nested::repeat::array_repeat_udf().as_ref().clone(), vec![ints(&[Some(1), Some(2), None]), ints(&[Some(4), Some(0), Some(9)])], 3),
+            // One long string repeated, among short ones repeated zero times:
+            // the long one's own length counts, not the batch's average.
+            (datafusion_functions_nested::repeat::array_repeat_udf().as_ref().clone(),
+             vec![strings(&[Some(&"x".repeat(5000)), Some("a"), Some("b"), Some("c")]), ints(&[Some(30), Some(0), Some(0), Some(0)])], 4),
+            (datafusion_functions::string::concat().as_ref().clone(), vec![words(), text("--"), words(), words()], 5),
+            (datafusion_functions::string::concat_ws().as_ref().clone(), vec![text("::"), words(), words()], 5),
         ];
         for (udf, args, rows) in cases {
             let name = udf.name().to_string();
@@ -458,6 +501,6 @@ mod tests {
             other => panic!("not refused: {other:?}"),
         }
         assert!(bounded(&datafusion_functions::string::upper(), 1 << 20).is_none());
-        assert!(is_amplifying("LIST_REPEAT") && !is_amplifying("concat"));
+        assert!(is_amplifying("LIST_REPEAT") && is_amplifying("concat") && !is_amplifying("upper"));
     }
 }

@@ -84,32 +84,87 @@ pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query
 
 /// How much a query asks planning to do, beyond its nesting: the tables
 /// it reads (every FROM and JOIN item, in every CTE, subquery and set
-/// operation member) and its SELECT blocks. Planning grows faster than
-/// linearly with both (join ordering, one plan per member), and it cannot
-/// be stopped part way, so a service caps them before planning.
+/// operation member), its SELECT and VALUES blocks, and its expressions —
+/// each reference to a CTE counted as the CTE's own shape, since planning
+/// expands it there (a CTE over itself twice, sixteen deep, is 65,536
+/// scans). Planning grows faster than linearly with them, and it cannot be
+/// stopped part way, so a service caps them before planning.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct QueryShape {
     pub tables: usize,
     pub selects: usize,
+    pub expressions: usize,
+}
+
+impl QueryShape {
+    fn add(&mut self, other: QueryShape) {
+        self.tables = self.tables.saturating_add(other.tables);
+        self.selects = self.selects.saturating_add(other.selects);
+        self.expressions = self.expressions.saturating_add(other.expressions);
+    }
 }
 
 /// The [`QueryShape`] of a parsed query.
 pub fn query_shape(query: &sqlparser::ast::Query) -> QueryShape {
-    struct Count(QueryShape);
-    impl Visitor for Count {
+    use std::collections::HashMap;
+    struct Count<'a> {
+        shape: QueryShape,
+        ctes: &'a HashMap<String, QueryShape>,
+    }
+    impl Visitor for Count<'_> {
         type Break = ();
-        fn pre_visit_table_factor(&mut self, _: &sqlparser::ast::TableFactor) -> ControlFlow<()> {
-            self.0.tables += 1;
+        fn pre_visit_table_factor(&mut self, factor: &sqlparser::ast::TableFactor) -> ControlFlow<()> {
+            let cte = match factor {
+                sqlparser::ast::TableFactor::Table { name, .. } if name.0.len() == 1 => name.0[0]
+                    .as_ident()
+                    .and_then(|i| self.ctes.get(&i.value.to_lowercase())),
+                _ => None,
+            };
+            match cte {
+                Some(shape) => self.shape.add(*shape),
+                None => self.shape.tables = self.shape.tables.saturating_add(1),
+            }
             ControlFlow::Continue(())
         }
-        fn pre_visit_select(&mut self, _: &sqlparser::ast::Select) -> ControlFlow<()> {
-            self.0.selects += 1;
+        fn pre_visit_query(&mut self, query: &sqlparser::ast::Query) -> ControlFlow<()> {
+            // The SELECT and VALUES blocks of this query's own body (a
+            // nested query is visited on its own).
+            let mut pending = vec![query.body.as_ref()];
+            while let Some(body) = pending.pop() {
+                match body {
+                    sqlparser::ast::SetExpr::Select(_) | sqlparser::ast::SetExpr::Values(_) => {
+                        self.shape.selects = self.shape.selects.saturating_add(1)
+                    }
+                    sqlparser::ast::SetExpr::SetOperation { left, right, .. } => {
+                        pending.push(left.as_ref());
+                        pending.push(right.as_ref());
+                    }
+                    _ => {}
+                }
+            }
+            ControlFlow::Continue(())
+        }
+        fn pre_visit_expr(&mut self, _: &sqlparser::ast::Expr) -> ControlFlow<()> {
+            self.shape.expressions = self.shape.expressions.saturating_add(1);
             ControlFlow::Continue(())
         }
     }
-    let mut count = Count(QueryShape::default());
-    let _ = query.visit(&mut count);
-    count.0
+    let mut ctes = HashMap::new();
+    let mut total = QueryShape::default();
+    let mut main = query.clone();
+    if let Some(with) = main.with.take() {
+        for cte in &with.cte_tables {
+            let mut count = Count { shape: QueryShape::default(), ctes: &ctes };
+            let _ = cte.query.visit(&mut count);
+            // Planned once where it is defined, and again where used.
+            total.add(count.shape);
+            ctes.insert(cte.alias.name.value.to_lowercase(), count.shape);
+        }
+    }
+    let mut count = Count { shape: QueryShape::default(), ctes: &ctes };
+    let _ = main.visit(&mut count);
+    total.add(count.shape);
+    total
 }
 
 struct NestingGuard {

@@ -1597,19 +1597,34 @@ fn the_time_limit_hint_offers_a_longer_limit_only_below_the_maximum() {
 
 #[test]
 fn a_query_shape_counts_every_table_and_select_block() {
-    let shape = |sql: &str| crate::planner::query_shape(&crate::planner::parse_query("q", sql).unwrap());
-    use crate::planner::QueryShape;
-    assert_eq!(shape("SELECT 1"), QueryShape { tables: 0, selects: 1 });
+    // On a planning thread's stack, as a service runs it.
+    let shape = |sql: &str| {
+        let sql = sql.to_string();
+        crate::isolate::run(move || crate::planner::parse_query("q", &sql).map(|q| crate::planner::query_shape(&q))).unwrap()
+    };
+    let blocks = |sql: &str| {
+        let s = shape(sql);
+        (s.tables, s.selects)
+    };
+    assert_eq!(blocks("SELECT 1"), (0, 1));
+    assert_eq!(blocks("SELECT * FROM a JOIN b ON a.x = b.x CROSS JOIN (SELECT * FROM c) s"), (4, 2));
+    // Set operation members (VALUES too) and subqueries in expressions; a
+    // CTE counts where it is defined and again, whole, where it is read.
     assert_eq!(
-        shape("SELECT * FROM a JOIN b ON a.x = b.x CROSS JOIN (SELECT * FROM c) s"),
-        QueryShape { tables: 4, selects: 2 }
-    );
-    // Set operation members, CTEs, and subqueries in expressions.
-    assert_eq!(
-        shape("WITH t AS (SELECT * FROM a) SELECT * FROM t UNION ALL SELECT * FROM b \
-               UNION ALL SELECT * FROM c WHERE x IN (SELECT y FROM d)"),
-        QueryShape { tables: 5, selects: 5 }
+        blocks("WITH t AS (SELECT * FROM a) SELECT * FROM t UNION ALL SELECT * FROM b \
+                UNION ALL SELECT * FROM c WHERE x IN (SELECT y FROM d) UNION ALL VALUES (1)"),
+        (5, 7)
     );
     let union = (0..300).map(|i| format!("SELECT {i} AS x")).collect::<Vec<_>>().join(" UNION ALL ");
-    assert_eq!(shape(&union), QueryShape { tables: 0, selects: 300 });
+    assert_eq!(blocks(&union), (0, 300));
+    // A CTE over the one before it, twice, sixteen deep: 2^16 scans.
+    let mut ctes = vec!["c0 AS (SELECT 1 AS x FROM t)".to_string()];
+    for i in 1..=16 {
+        ctes.push(format!("c{i} AS (SELECT a.x FROM c{} a, c{} b)", i - 1, i - 1));
+    }
+    let doubling = format!("WITH {} SELECT count(*) FROM c16", ctes.join(", "));
+    assert!(shape(&doubling).tables > 65_536, "{:?}", shape(&doubling));
+    // Every expression, in a wide CASE too.
+    let case = format!("SELECT CASE {} END AS x", (0..1000).map(|i| format!("WHEN y = {i} THEN {i}")).collect::<String>());
+    assert!(shape(&case).expressions > 3000, "{:?}", shape(&case));
 }

@@ -54,14 +54,19 @@ struct Args {
     #[arg(long, default_value_t = 1 << 20)]
     max_statement_bytes: usize,
     /// The most tables a statement may read (every FROM and JOIN item, in
-    /// every CTE, subquery and UNION member): planning cannot be stopped
-    /// part way, and grows faster than linearly with them.
+    /// every subquery and UNION member, each CTE counted where it is read):
+    /// planning cannot be stopped part way, and grows faster than linearly
+    /// with them.
     #[arg(long, default_value_t = 64)]
     max_query_tables: usize,
-    /// The most SELECT blocks a statement may hold (UNION members, CTEs,
-    /// subqueries), for the same reason.
+    /// The most SELECT and VALUES blocks a statement may hold (UNION
+    /// members, CTEs, subqueries), for the same reason.
     #[arg(long, default_value_t = 256)]
     max_query_selects: usize,
+    /// The most expressions a statement may hold, each CTE counted where it
+    /// is read, for the same reason.
+    #[arg(long, default_value_t = 20_000)]
+    max_query_expressions: usize,
 }
 
 fn pool(dsn: &str, size: usize, what: &str) -> Result<deadpool_postgres::Pool, String> {
@@ -134,6 +139,7 @@ fn main() -> ExitCode {
             max_query_shape: micromegas_views_core::planner::QueryShape {
                 tables: args.max_query_tables,
                 selects: args.max_query_selects,
+                expressions: args.max_query_expressions,
             },
         };
         let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);

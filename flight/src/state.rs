@@ -415,7 +415,8 @@ impl State {
         let max = self.settings.max_query_shape;
         for (what, count, limit, flag) in [
             ("tables", shape.tables, max.tables, "--max-query-tables"),
-            ("SELECT blocks", shape.selects, max.selects, "--max-query-selects"),
+            ("SELECT and VALUES blocks", shape.selects, max.selects, "--max-query-selects"),
+            ("expressions", shape.expressions, max.expressions, "--max-query-expressions"),
         ] {
             if count > limit {
                 return Err(Status::invalid_argument(format!(

@@ -235,8 +235,17 @@ e = error_of(bob, "SELECT b0.block_id FROM blocks b0 " + " ".join(f"JOIN blocks 
 check(e is not None and "InvalidArgument" in e and "65 tables" in e and "--max-query-tables" in e,
       f"a 65-table join is refused before planning ({e and e.splitlines()[0][:140]})")
 e = error_of(bob, " UNION ALL ".join(f"SELECT {i} AS x" for i in range(1000)))
-check(e is not None and "InvalidArgument" in e and "1000 SELECT blocks" in e and "--max-query-selects" in e,
+check(e is not None and "InvalidArgument" in e and "1000 SELECT and VALUES blocks" in e and "--max-query-selects" in e,
       f"a 1,000-member UNION is refused before planning ({e and e.splitlines()[0][:140]})")
+# A CTE read twice by the next, sixteen deep (33 tables as written, 65,536
+# scans once planning expands them), and a CASE of 25,000 branches.
+ctes = ["c0 AS (SELECT 1 AS x)"] + [f"c{i} AS (SELECT a.x FROM c{i-1} a, c{i-1} b)" for i in range(1, 17)]
+e = error_of(bob, "WITH " + ", ".join(ctes) + " SELECT count(*) AS n FROM c16")
+check(e is not None and "InvalidArgument" in e and "--max-query-" in e,
+      f"a CTE doubling sixteen deep is refused before planning ({e and e.splitlines()[0][:140]})")
+e = error_of(bob, "SELECT CASE " + " ".join(f"WHEN level = {i} THEN {i}" for i in range(25000)) + " END AS x FROM log_entries")
+check(e is not None and "InvalidArgument" in e and "--max-query-expressions" in e,
+      f"a CASE of 25,000 branches is refused before planning ({e and e.splitlines()[0][:140]})")
 union = query(bob, " UNION ALL ".join(f"SELECT {i} AS x" for i in range(200))).to_pylist()
 check(sorted(r["x"] for r in union) == list(range(200)), "a 200-member UNION answers")
 # What an expression allocates is not in the memory pool: a function whose
@@ -273,6 +282,12 @@ t0 = time.monotonic()
 e = error_of(short, "SELECT count(*) AS c FROM blocks")
 took = time.monotonic() - t0
 check(e is None, f"the next query got the only slot and answered after {took:.2f} s ({e and e.splitlines()[0][:120]})")
+# On that service (64 MB per query): a join of values each under the
+# limit, past it together, is refused too (a 1 MB separator between 80
+# values would make 80 MB).
+e = error_of(short, "SELECT length(concat_ws(repeat('x', 1000000), " + ", ".join(["'a'"] * 80) + ")) AS n")
+check(e is not None and "ResourceExhausted" in e and "concat_ws()" in e,
+      f"concat_ws() past the query's memory is refused ({e and e.splitlines()[0][:160]})")
 short.close()
 # Announced and streamed schemas agree (ADBC compares them).
 check(query(bob, "SELECT abs(1) AS n, length('abc') AS l").to_pylist() == [{"n": 1, "l": 3}], "a non-null expression's schema matches its stream")

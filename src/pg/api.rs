@@ -176,7 +176,7 @@ struct Memo {
     prepared: Prepared,
 }
 
-const MEMO_ENTRIES: usize = 64;
+const MEMO_ENTRIES: usize = 160;
 
 thread_local! {
     static MEMO: RefCell<VecDeque<Memo>> = const { RefCell::new(VecDeque::new()) };
@@ -262,7 +262,9 @@ struct Refusal {
 }
 
 thread_local! {
-    static REFUSAL: RefCell<Option<Refusal>> = const { RefCell::new(None) };
+    /// The refusals of the current statement (a write's own, and those of
+    /// the dependents it planned ahead), at most `DEPENDENTS_AHEAD + 1`.
+    static REFUSALS: RefCell<Vec<Refusal>> = const { RefCell::new(Vec::new()) };
 }
 
 fn refused(
@@ -270,9 +272,9 @@ fn refused(
     keep_failed: bool,
 ) -> Option<micromegas_views_core::Error> {
     let statement = this_statement();
-    REFUSAL.with_borrow(|r| {
-        r.as_ref()
-            .filter(|r| r.statement == statement && &r.key == key && r.keep_failed == keep_failed)
+    REFUSALS.with_borrow(|all| {
+        all.iter()
+            .find(|r| r.statement == statement && &r.key == key && r.keep_failed == keep_failed)
             .map(|r| r.error.clone())
     })
 }
@@ -284,12 +286,19 @@ fn remember_refusal(
 ) {
     let kind = error.kind;
     if kind.is_about_the_definition() || kind == ErrorKind::TimeLimit || kind == ErrorKind::MemoryLimit {
-        REFUSAL.set(Some(Refusal {
-            statement: this_statement(),
-            key,
-            keep_failed,
-            error: error.clone(),
-        }));
+        let statement = this_statement();
+        REFUSALS.with_borrow_mut(|all| {
+            all.retain(|r| r.statement == statement);
+            if all.len() > DEPENDENTS_AHEAD {
+                all.remove(0);
+            }
+            all.push(Refusal {
+                statement,
+                key,
+                keep_failed,
+                error: error.clone(),
+            });
+        });
     }
 }
 
@@ -541,7 +550,7 @@ const OWN_ROW_QUERY: &str = "
 /// At most this many validations of dependents are made ahead of one write,
 /// so that the write's own answer stays among the ones remembered
 /// (`MEMO_ENTRIES`); the re-check plans the rest under the lock.
-const DEPENDENTS_AHEAD: usize = MEMO_ENTRIES / 2;
+const DEPENDENTS_AHEAD: usize = 128;
 
 /// A stored dependent as the re-check reads it.
 struct Dependent {
@@ -777,6 +786,16 @@ mod micromegas {
     /// parsed.
     #[pg_extern(volatile, name = "_mm_plan_builtin_ahead")]
     fn plan_builtin_ahead(name: String, schema_text: String, update_group: i32, kind: String) -> bool {
+        // A name a definition holds is refused by the write: nothing to
+        // plan (and no re-check's time limit to give).
+        let defined = Spi::get_one_with_args::<bool>(
+            "SELECT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1)",
+            &[name.clone().into()],
+        )
+        .unwrap_or_else(|e| pgrx::error!("reading the view set catalog: {e}"));
+        if defined == Some(true) {
+            return false;
+        }
         let parsed = run_isolated(schema_text, |text| {
             let parsed = schema::parse_any(&text)?;
             schema::to_ipc_base64(&parsed)

@@ -18,7 +18,10 @@ SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client', 'not boo
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('true', 'no column')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('1 = 1', 'no column')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('client = 42', 'coercion')$$);
-SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('notebook = now()', 'coercion')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('notebook = CAST(''2024-01-01'' AS TIMESTAMP)', 'coercion')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('notebook = now()', 'not a rule function')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('levenshtein(sql, ''abc'') < 2', 'quadratic')$$);
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('sql || sql = ''x''', 'multiplies')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('user = ''jean''', 'user is a function')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('colour = ''red''', 'unknown column')$$);
 SELECT * FROM mmv_try($$SELECT * FROM micromegas.deny_queries('count(client) > 1', 'aggregate')$$);
