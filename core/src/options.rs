@@ -187,14 +187,14 @@ pub const OPTIONS: &[OptionSpec] = &[
         kind: OptionKind::Flag,
         default: Some("true"),
         own_column: false,
-        doc: "False: creating (or replacing) the view also queues a refresh of everything, and `mm_create_view` returns its `job_id` (seed 004).",
+        doc: "False: creating (or replacing) the view also queues a refresh of everything, and `mm_create_view` returns its `job_id`.",
     },
     OptionSpec {
         name: "auto_refresh",
         kind: OptionKind::Flag,
         default: Some("false"),
         own_column: false,
-        doc: "Whether the daemon keeps the view refreshed by itself; stored and carried in `mm_view_set_snapshot()` (seed 004).",
+        doc: "Whether the daemon keeps the view refreshed by itself; stored and carried in `mm_view_set_snapshot()`.",
     },
 ];
 
