@@ -1,5 +1,5 @@
 //! What validating one definition costs in-process, without Postgres: the
-//! floor under `mm_create_view`'s planning (issue #28). Each call validates
+//! floor under `mm_create_view`'s planning. Each call validates
 //! a distinct log_stats-like definition (a literal differs), so no answer is
 //! remembered between calls (the decoded built-in schemas are, as in a
 //! backend; MODE=validate uses a catalog built once and decodes nothing).

@@ -1,4 +1,4 @@
-//! The author obligations seed 000 lists as "not enforced, but easy to get
+//! The author obligations micromegas lists as "not enforced, but easy to get
 //! wrong", found on the planned queries: each a [`Finding`] that the caller
 //! raises as a warning (or, by setting, refuses). Precision before recall:
 //! a shape a check cannot judge for certain (a column it cannot trace to a

@@ -1,4 +1,4 @@
-//! Every CREATE-time check of seed 000, run over the planned queries.
+//! Every CREATE-time check micromegas makes of a view set, run over the planned queries.
 
 use crate::author::{self, Finding};
 use crate::catalog::{Catalog, SourceKind};

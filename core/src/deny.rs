@@ -1,4 +1,4 @@
-//! The query deny list of seed 002: a rule is a Boolean SQL expression over
+//! micromegas' query deny list: a rule is a Boolean SQL expression over
 //! the match context (twelve nullable Utf8 columns), compiled with DataFusion
 //! when it is written and evaluated against a query's context; and
 //! `sql_hash`, the fingerprint micromegas writes to its query audit log.

@@ -2,7 +2,7 @@
 //!
 //! The data's path: [`ddl`] parses a statement, [`options`] turns it into a
 //! [`Definition`], [`planner`] plans its queries against a [`Catalog`],
-//! [`checks`] runs seed 000's CREATE-time checks, [`schema`] encodes and
+//! [`checks`] runs micromegas' CREATE-time checks, [`schema`] encodes and
 //! hashes the result. [`isolate`] runs it all on a big-stack thread with
 //! a deadline, and [`sandbox`] runs that in a helper process a host can
 //! stop, under a memory budget.

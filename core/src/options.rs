@@ -1,4 +1,4 @@
-//! The option table of seed 000: which options exist, which are required,
+//! The option table of a view set definition: which options exist, which are required,
 //! their defaults and formats, and the canonical rendering of a definition.
 
 use crate::ddl::{CreateStatement, Literal, RawOption};
@@ -106,7 +106,7 @@ pub struct OptionSpec {
     pub doc: &'static str,
 }
 
-/// The option table of seed 000, in canonical order. It drives parsing,
+/// The option table, in canonical order. It drives parsing,
 /// the row and `view_options` mapping, the rendered statement, the hint
 /// that lists the options, the named-argument form of `mm_create_view`
 /// (checked against the installed function by a test) and the README table
@@ -460,7 +460,7 @@ impl OptionValues {
         Ok(values)
     }
 
-    /// Applies the required/default rules and the formats of seed 000.
+    /// Applies the required/default rules and the formats of the options.
     pub fn into_definition(mut self, name: &str) -> Result<Definition> {
         check_view_name(name)?;
         // The statement's size limit, for every path (a statement's values

@@ -1,4 +1,4 @@
-//! The Lance Namespace materialized-view REST operations (seed 004) over
+//! The Lance Namespace materialized-view REST operations over
 //! the extension's SQL functions. Every request runs in one transaction as
 //! the Postgres role its API key maps to (`SET LOCAL ROLE`), with the key's
 //! name as `micromegas_views.actor`: Postgres privileges decide what a key
