@@ -24,8 +24,9 @@
 #  - an upstream replaced while an admin's create plans against it: the
 #    create plans again before taking the lock, and writes meanwhile do not
 #    wait;
-#  - a replace whose 800-way dependent must be re-checked: the re-check is
-#    planned before the lock too, and writes meanwhile do not wait.
+#  - a replace, then a restore, whose 800-way dependent must be re-checked:
+#    the re-check is planned before the lock too, and writes meanwhile do
+#    not wait.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -220,10 +221,41 @@ wait $admin || admin_status=$?
 [ $writes -ge 4 ] || fail "the admin's create ended after $writes writes: this check needs a longer validation"
 [ $status = "$status_before" ] && echo "limits: an upstream replaced while an admin's create planned: it planned again ahead of the lock; $writes writes meanwhile did not wait"
 
-# A replace that changes what an 800-way dependent reads: the dependent's
-# re-check is planned ahead of the catalog lock too, so under the lock the
-# replace takes that answer from memory, and other writers meanwhile go
-# through under a 2 s lock_timeout for as long as it validates.
+# writes_meanwhile LABEL SQLFILE EXPECTED: runs SQLFILE (a write that must
+# re-check the 800-way dependent upstream_join) in the background, and
+# other writes under a 2 s lock_timeout every half second until it ends;
+# none may wait for it, and it must answer EXPECTED.
+writes_meanwhile() {
+  local label="$1" sql="$2" expected="$3"
+  local before=$status writes=0 admin_status=0 begin_ms took_ms
+  begin_ms=$(date +%s%3N)
+  psql -X -A -t -v ON_ERROR_STOP=1 -d "$db" -f "$sql" >"$sql.out" 2>&1 &
+  local admin=$!
+  while kill -0 $admin 2>/dev/null && [ $writes -lt 200 ]; do
+    writes=$((writes + 1))
+    q >"$work/recheck_writer.out" 2>&1 <<SQL || { fail "write $writes waited for $label: $(cat "$work/recheck_writer.out")"; break; }
+SET lock_timeout = '2s';
+SET ROLE micromegas_admin;
+SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW during_recheck WITH (
+  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
+SQL
+    sleep 0.5
+  done
+  wait $admin || admin_status=$?
+  took_ms=$(( $(date +%s%3N) - begin_ms ))
+  { [ $admin_status = 0 ] && grep -qx "$expected" "$sql.out"; } || fail "$label: $(head -c 400 "$sql.out")"
+  [ "$(q -A -t -c "SELECT load_status FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'upstream_join'")" = ok ] \
+    || fail "the 800-way dependent no longer loads after $label"
+  [ $writes -ge 4 ] || fail "$label ended after $writes writes: this check needs a longer re-check"
+  [ $status = "$before" ] && echo "limits: $label re-checked an 800-way dependent ahead of the catalog lock (${took_ms} ms); $writes writes meanwhile did not wait"
+}
+
+# A replace that changes what the 800-way dependent reads, then a restore
+# of the version before it: each plans the dependent's re-check ahead of
+# the catalog lock too, so under the lock it takes that answer from
+# memory, and other writers meanwhile go through.
 cat >"$work/replace_upstream.sql" <<'SQL'
 SET ROLE micromegas_admin;
 SET micromegas_views.validation_timeout = '60s';
@@ -232,35 +264,19 @@ SELECT status FROM micromegas.mm_create_view($$CREATE OR REPLACE MATERIALIZED VI
   count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
   merge_partitions_query = 'SELECT * FROM {source}', update_group = 3000, time_column = 'time')$$);
 SQL
-status_before=$status
 schema_before=$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")
-begin_ms=$(date +%s%3N)
-psql -X -A -t -v ON_ERROR_STOP=1 -d "$db" -f "$work/replace_upstream.sql" >"$work/replace_upstream.out" 2>&1 &
-admin=$!
-writes=0
-while kill -0 $admin 2>/dev/null && [ $writes -lt 200 ]; do
-  writes=$((writes + 1))
-  q >"$work/recheck_writer.out" 2>&1 <<SQL || { fail "write $writes waited for the re-check of a replaced view's dependent: $(cat "$work/recheck_writer.out")"; break; }
-SET lock_timeout = '2s';
-SET ROLE micromegas_admin;
-SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW during_recheck WITH (
-  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
-  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
-  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
-SQL
-  sleep 0.5
-done
-admin_status=0
-wait $admin || admin_status=$?
-took_ms=$(( $(date +%s%3N) - begin_ms ))
-{ [ $admin_status = 0 ] && grep -qx replaced "$work/replace_upstream.out"; } \
-  || fail "the replace of the 800-way join's upstream: $(head -c 400 "$work/replace_upstream.out")"
+version_before=$(q -A -t -c "SELECT max(version) FROM micromegas.lakehouse_view_set_definition_history WHERE view_set_name = 'quick1'")
+writes_meanwhile "a replace" "$work/replace_upstream.sql" replaced
 [ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" != "$schema_before" ] \
   || fail "the replace did not change the upstream's schema: this check needs a re-check of the dependent"
-[ "$(q -A -t -c "SELECT load_status FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'upstream_join'")" = ok ] \
-  || fail "the 800-way dependent no longer loads after its upstream gained a column"
-[ $writes -ge 4 ] || fail "the replace ended after $writes writes: this check needs a longer re-check"
-[ $status = "$status_before" ] && echo "limits: a replace re-checked an 800-way dependent ahead of the catalog lock (${took_ms} ms); $writes writes meanwhile did not wait"
+cat >"$work/restore_upstream.sql" <<SQL
+SET ROLE micromegas_admin;
+SET micromegas_views.validation_timeout = '60s';
+SELECT status FROM micromegas.mm_restore_view('quick1', $version_before);
+SQL
+writes_meanwhile "a restore" "$work/restore_upstream.sql" restored
+[ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" = "$schema_before" ] \
+  || fail "the restore did not bring the upstream's schema back"
 
 # Encoding a request for the helper services interrupts too: 42 MB of
 # control characters end with the statement's 500 ms statement_timeout (or

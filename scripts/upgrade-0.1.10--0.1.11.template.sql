@@ -25,7 +25,8 @@
 --   unless the catalog rows the definition reads moved meanwhile, so a long
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
---   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
+--   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too, and
+--   so are a direct UPDATE of a definition and mm_restore_view.
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
@@ -47,6 +48,7 @@ COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
 --@replace CREATE FUNCTION micromegas.mm_register_builtin_view_set(
 --@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write(
+--@replace CREATE FUNCTION micromegas.mm_restore_view(
 --@replace CREATE FUNCTION micromegas.mm_privilege_matrix(
 --@new CREATE FUNCTION micromegas._mm_queue_buckets(
 --@replace CREATE FUNCTION micromegas.regenerate_partitions(

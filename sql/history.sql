@@ -174,6 +174,12 @@ DECLARE
   h micromegas.lakehouse_view_set_definition_history;
   outcome text := 'restored';
 BEGIN
+  -- Planned before the lock, with the re-check of what reads it (as a
+  -- write of mm_create_view is): under the lock the write takes the
+  -- answers from memory unless what they read moved meanwhile.
+  h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
+  PERFORM micromegas._mm_plan_ahead(h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query,
+                                    h.merge_partitions_query, h.update_group, h.view_options);
   PERFORM micromegas._mm_lock_catalog();
   h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
   PERFORM micromegas._mm_intent_begin('restore', h.view_set_name);

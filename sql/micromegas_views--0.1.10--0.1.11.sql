@@ -25,7 +25,8 @@
 --   unless the catalog rows the definition reads moved meanwhile, so a long
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
---   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too.
+--   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too, and
+--   so are a direct UPDATE of a definition and mm_restore_view.
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
@@ -324,6 +325,42 @@ BEGIN
     NEW.created_at := CASE WHEN TG_OP = 'INSERT' THEN NEW.updated_at ELSE OLD.created_at END;
   END IF;
   RETURN NEW;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_restore_view(name text, version bigint)
+RETURNS SETOF micromegas.view_change
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_restore_view');
+  h micromegas.lakehouse_view_set_definition_history;
+  outcome text := 'restored';
+BEGIN
+  -- Planned before the lock, with the re-check of what reads it (as a
+  -- write of mm_create_view is): under the lock the write takes the
+  -- answers from memory unless what they read moved meanwhile.
+  h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
+  PERFORM micromegas._mm_plan_ahead(h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query,
+                                    h.merge_partitions_query, h.update_group, h.view_options);
+  PERFORM micromegas._mm_lock_catalog();
+  h := micromegas._mm_history_version(mm_restore_view.name, mm_restore_view.version);
+  PERFORM micromegas._mm_intent_begin('restore', h.view_set_name);
+  UPDATE micromegas.lakehouse_view_set_definitions d
+     SET definition_sql = h.definition_sql, extract_query = h.extract_query, count_src_query = h.count_src_query,
+         merge_partitions_query = h.merge_partitions_query, update_group = h.update_group,
+         view_options = h.view_options
+   WHERE d.view_set_name = h.view_set_name;
+  IF NOT FOUND THEN
+    INSERT INTO micromegas.lakehouse_view_set_definitions
+           (view_set_name, definition_sql, extract_query, count_src_query, merge_partitions_query, update_group,
+            view_options)
+    VALUES (h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query, h.merge_partitions_query,
+            h.update_group, h.view_options);
+    outcome := 'recreated';
+  END IF;
+  PERFORM micromegas._mm_intent_end('restore');
+  RETURN QUERY SELECT h.view_set_name, outcome, micromegas.mm_catalog_version(),
+                      micromegas._mm_incompatible_count(h.view_set_name);
 END
 $$;
 CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()

@@ -220,6 +220,38 @@ mod tests {
         assert_eq!(create(&same), "replaced");
         assert_eq!(planned(), before + 1);
 
+        // A restore of an earlier version plans it, and the re-check of
+        // what reads it, before the lock: asked ahead with the same row,
+        // the restore plans nothing more.
+        let first = Spi::get_one::<i64>(
+            "SELECT min(version) FROM micromegas.lakehouse_view_set_definition_history WHERE view_set_name = 'up_r'",
+        )
+        .unwrap()
+        .unwrap();
+        crate::pg::api::forget_validations();
+        let ahead_restore = Spi::get_one_with_args::<bool>(
+            "SELECT micromegas._mm_plan_ahead(h.view_set_name, h.definition_sql, h.extract_query, h.count_src_query,
+                    h.merge_partitions_query, h.update_group, h.view_options)
+               FROM micromegas.lakehouse_view_set_definition_history h
+              WHERE h.view_set_name = 'up_r' AND h.version = $1",
+            &[first.into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(ahead_restore);
+        let before = planned();
+        assert_eq!(
+            Spi::get_one_with_args::<String>(
+                "SELECT status FROM micromegas.mm_restore_view('up_r', $1)",
+                &[first.into()]
+            )
+            .unwrap()
+            .unwrap(),
+            "restored"
+        );
+        assert_eq!(planned(), before, "the restore planned under the lock");
+        assert_eq!(fields("moves_r"), "time,process_id");
+
         // A built-in's registration that changes its schema plans the
         // re-check of its dependents ahead of the lock too.
         let register = |fields: &str| {
