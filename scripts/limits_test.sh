@@ -24,7 +24,8 @@
 #  - an upstream replaced while an admin's create plans against it: the
 #    create plans again before taking the lock, and writes meanwhile do not
 #    wait;
-#  - a replace, then a restore, whose 800-way dependent must be re-checked:
+#  - a replace, a restore and a direct UPDATE, whose 800-way dependent must
+#    be re-checked:
 #    the re-check is planned before the lock too, and writes meanwhile do
 #    not wait.
 set -euo pipefail
@@ -277,6 +278,19 @@ SQL
 writes_meanwhile "a restore" "$work/restore_upstream.sql" restored
 [ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" = "$schema_before" ] \
   || fail "the restore did not bring the upstream's schema back"
+# A direct UPDATE of the definitions row (an admin may write the table) is
+# planned ahead of the lock as well.
+cat >"$work/update_upstream.sql" <<'SQL'
+SET ROLE micromegas_admin;
+SET micromegas_views.validation_timeout = '60s';
+UPDATE micromegas.lakehouse_view_set_definitions
+   SET definition_sql = NULL,
+       extract_query = 'SELECT insert_time AS time, process_id, nb_objects, nb_objects * 2 AS twice FROM blocks'
+ WHERE view_set_name = 'quick1';
+SQL
+writes_meanwhile "a direct UPDATE" "$work/update_upstream.sql" "UPDATE 1"
+[ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" != "$schema_before" ] \
+  || fail "the UPDATE did not change the upstream's schema: this check needs a re-check of the dependent"
 
 # Encoding a request for the helper services interrupts too: 42 MB of
 # control characters end with the statement's 500 ms statement_timeout (or
