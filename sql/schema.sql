@@ -536,19 +536,21 @@ BEGIN
       RETURN NULL;
     END IF;
   ELSE
+    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
+       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
+           IS DISTINCT FROM
+           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
+       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
+                        NEW.update_group, NEW.view_options) > 0 THEN
+      -- Only the columns changed: the stored text is re-rendered from them.
+      statement_sql := NULL;
+    END IF;
     IF intent IS NULL AND NEW.view_set_name IS NOT DISTINCT FROM OLD.view_set_name THEN
       -- A direct UPDATE (the extension's own writes are planned by the
       -- write that makes them): planned before the lock as an INSERT is,
-      -- as the row below will be given to _mm_prepare_definition.
-      PERFORM micromegas._mm_plan_ahead(NEW.view_set_name,
-        CASE WHEN NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
-                  AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
-                      IS DISTINCT FROM
-                      (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
-                  AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
-                                   NEW.update_group, NEW.view_options) > 0
-             THEN NULL ELSE NEW.definition_sql END,
-        NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
+      -- with the row _mm_prepare_definition will be given below.
+      PERFORM micromegas._mm_plan_ahead(NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query,
+                                        NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
     END IF;
     PERFORM micromegas._mm_next_version();
     keep_given := coalesce(intent IN ('recheck', 'load'), false);
@@ -572,15 +574,6 @@ BEGIN
       RAISE EXCEPTION 'cannot rename materialized view "%"', OLD.view_set_name
         USING ERRCODE = 'feature_not_supported',
               HINT = 'Create the view under the new name, then drop the old one.';
-    END IF;
-    IF NEW.definition_sql IS NOT DISTINCT FROM OLD.definition_sql
-       AND (NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query, NEW.update_group, NEW.view_options)
-           IS DISTINCT FROM
-           (OLD.extract_query, OLD.count_src_query, OLD.merge_partitions_query, OLD.update_group, OLD.view_options)
-       AND num_nonnulls(NEW.extract_query, NEW.count_src_query, NEW.merge_partitions_query,
-                        NEW.update_group, NEW.view_options) > 0 THEN
-      -- Only the columns changed: the stored text is re-rendered from them.
-      statement_sql := NULL;
     END IF;
   END IF;
 

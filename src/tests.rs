@@ -73,6 +73,28 @@ mod tests {
         .unwrap()
     }
 
+    /// `_mm_plan_ahead` of a statement: whether an answer is remembered.
+    fn ahead(statement: &str) -> bool {
+        Spi::get_one_with_args::<bool>(
+            "SELECT micromegas._mm_plan_ahead(NULL, $1, NULL, NULL, NULL, NULL, NULL)",
+            &[statement.into()],
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    /// A view's stored column names, in order, comma-separated.
+    fn fields(view: &str) -> String {
+        Spi::get_one_with_args::<String>(
+            "SELECT string_agg(f->>'name', ',' ORDER BY o) FROM micromegas.lakehouse_view_set_definitions d, \
+             jsonb_array_elements(d.schema_json->'fields') WITH ORDINALITY AS x(f, o) \
+             WHERE d.view_set_name = $1",
+            &[view.into()],
+        )
+        .unwrap()
+        .unwrap()
+    }
+
     /// Writes `statement` (a replace) with nothing remembered by the
     /// backend, and says whether it was planned.
     fn planned(statement: &str) -> bool {
@@ -104,24 +126,7 @@ mod tests {
                  time_column = 'time')"
             )
         };
-        let ahead = |statement: &str| {
-            Spi::get_one_with_args::<bool>(
-                "SELECT micromegas._mm_plan_ahead(NULL, $1, NULL, NULL, NULL, NULL, NULL)",
-                &[statement.into()],
-            )
-            .unwrap()
-            .unwrap()
-        };
         let planned = crate::pg::api::validations_planned;
-        let columns = || {
-            Spi::get_one::<String>(
-                "SELECT string_agg(f->>'name', ',' ORDER BY o) FROM micromegas.lakehouse_view_set_definitions d, \
-                 jsonb_array_elements(d.schema_json->'fields') WITH ORDINALITY AS x(f, o) \
-                 WHERE d.view_set_name = 'down_a'",
-            )
-            .unwrap()
-            .unwrap()
-        };
         assert_eq!(create(&upstream("time, process_id")), "created");
 
         // Nothing moved: planned once, ahead.
@@ -131,7 +136,7 @@ mod tests {
         assert_eq!(planned(), before + 1);
         assert_eq!(create(&downstream("")), "created");
         assert_eq!(planned(), before + 1, "the write planned again");
-        assert_eq!(columns(), "time,process_id");
+        assert_eq!(fields("down_a"), "time,process_id");
 
         // What it reads moved between the two: planned again, against the
         // upstream as it is now.
@@ -140,7 +145,7 @@ mod tests {
         let moved = planned();
         assert_eq!(create(&downstream(" WHERE process_id IS NOT NULL")), "replaced");
         assert_eq!(planned(), moved + 1, "the write took an answer planned before its reads moved");
-        assert_eq!(columns(), "time,process_id,level");
+        assert_eq!(fields("down_a"), "time,process_id,level");
 
         // A refusal found ahead is the write's, and planning is not repeated.
         let refused = downstream("").replace("SELECT * FROM up_a", "SELECT nope FROM up_a");
@@ -173,24 +178,6 @@ mod tests {
                  {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
                  time_column = 'time')"
             )
-        };
-        let fields = |name: &str| {
-            Spi::get_one_with_args::<String>(
-                "SELECT string_agg(f->>'name', ',' ORDER BY o) FROM micromegas.lakehouse_view_set_definitions d, \
-                 jsonb_array_elements(d.schema_json->'fields') WITH ORDINALITY AS x(f, o) \
-                 WHERE d.view_set_name = $1",
-                &[name.into()],
-            )
-            .unwrap()
-            .unwrap()
-        };
-        let ahead = |statement: &str| {
-            Spi::get_one_with_args::<bool>(
-                "SELECT micromegas._mm_plan_ahead(NULL, $1, NULL, NULL, NULL, NULL, NULL)",
-                &[statement.into()],
-            )
-            .unwrap()
-            .unwrap()
         };
         let planned = crate::pg::api::validations_planned;
         assert_eq!(create(&view("up_r", "SELECT time, process_id FROM log_entries", 4000)), "created");
