@@ -69,3 +69,27 @@ lake_venv() {
   fi
   echo "$venv/bin/python"
 }
+
+# A hot standby of the running cluster: pg_basebackup -R into DIR/data,
+# started on PORT with its socket in SOCKET (both created here), streaming
+# as APPLICATION_NAME; its log is DIR/postgres.log.
+#   start_standby DIR PORT SOCKET APPLICATION_NAME
+#   stop_standby DIR       (nothing to do when there is none)
+start_standby() {
+  local dir="$1" port="$2" socket="$3" name="$4"
+  mkdir -p "$dir" "$socket"
+  [ "$(id -u)" = 0 ] && chown postgres "$dir" "$socket"
+  as_postgres "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$dir/data" -R -X stream -c fast
+  # The connection string -R writes may carry options (e.g. sslcertmode)
+  # that the libpq the walreceiver loads does not know (a relocatable build
+  # loads the system's): the standby connects with the essentials only.
+  echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=$name'" \
+    | as_postgres tee -a "$dir/data/postgresql.auto.conf" >/dev/null
+  as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$dir/data" -w \
+    -l "$dir/postgres.log" -o "-p $port -k $socket -c listen_addresses='' -c hot_standby=on" start >/dev/null
+}
+stop_standby() {
+  if [ -d "$1/data" ]; then
+    as_postgres "$PG_BIN/pg_ctl" -D "$1/data" -m immediate stop >/dev/null 2>&1 || :
+  fi
+}

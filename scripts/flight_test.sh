@@ -62,7 +62,6 @@ chmod 600 "$work/keys.json"
 # start_server NAME ARGS...: a service on a free loopback port, its address
 # in $address, its log in $work/NAME.log.
 servers=()
-stop_standby() { :; }
 # Each is asked to stop (SIGINT: a graceful shutdown), and killed if it has
 # not within ten seconds.
 stop_servers() {
@@ -74,7 +73,7 @@ stop_servers() {
   done
   return 0
 }
-trap 'stop_servers; stop_standby' EXIT
+trap 'stop_servers; stop_standby "$work/standby"' EXIT
 start_server() {
   local name=$1; shift
   "$flight" --dsn "host=$PGHOST port=$PGPORT user=mmv_fl_service dbname=$db" --lake "file://$lake" \
@@ -106,19 +105,9 @@ short_address=$address
 # for a service that reads its catalog there (--catalog-dsn) and writes to
 # the primary; it polls the standby every second (a standby delivers no
 # NOTIFY).
-standby="$work/standby"
 standby_port=$((PGPORT + 200))
 standby_socket="$work/standby-socket"
-stop_standby() {
-  [ -d "$standby/data" ] && as_postgres "$PG_BIN/pg_ctl" -D "$standby/data" -m immediate stop >/dev/null 2>&1 || true
-}
-mkdir -p "$standby" "$standby_socket"
-[ "$(id -u)" = 0 ] && chown postgres "$standby" "$standby_socket"
-as_postgres "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby/data" -R -X stream -c fast
-echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=mmv_flight_standby'" \
-  | as_postgres tee -a "$standby/data/postgresql.auto.conf" >/dev/null
-as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$standby/data" -w \
-  -l "$standby/postgres.log" -o "-p $standby_port -k $standby_socket -c listen_addresses='' -c hot_standby=on" start >/dev/null
+start_standby "$work/standby" "$standby_port" "$standby_socket" mmv_flight_standby
 MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS=1 start_server on_standby \
   --catalog-dsn "host=$standby_socket port=$standby_port user=mmv_fl_service dbname=$db"
 standby_address=$address

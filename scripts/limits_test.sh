@@ -176,6 +176,26 @@ wait $admin || admin_status=$?
   || fail "the admin's create or the create meanwhile is missing"
 [ $status = "$status_before" ] && echo "limits: an admin's create validated for seconds before taking the catalog lock; another create and a registration meanwhile did not wait"
 
+# writes_while PID LABEL: another admin's write every half second, under a
+# 2 s lock_timeout, for as long as PID runs (at most 200); none may wait for
+# it. The count is left in $writes.
+writes_while() {
+  local pid="$1" label="$2"
+  writes=0
+  while kill -0 "$pid" 2>/dev/null && [ $writes -lt 200 ]; do
+    writes=$((writes + 1))
+    q >"$work/writer.out" 2>&1 <<SQL || { fail "write $writes waited for $label: $(cat "$work/writer.out")"; break; }
+SET lock_timeout = '2s';
+SET ROLE micromegas_admin;
+SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW written_meanwhile WITH (
+  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
+  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
+SQL
+    sleep 0.5
+  done
+}
+
 # An upstream replaced while an admin's long create plans against it: the
 # create plans again ahead of the lock (the catalog moved), not under it,
 # so other writers keep going through under a 2 s lock_timeout for as long
@@ -202,19 +222,7 @@ q -c "SET ROLE micromegas_admin" -c "SELECT status FROM micromegas.mm_create_vie
   extract_query = 'SELECT insert_time AS time, process_id, nb_objects FROM blocks',
   count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
   merge_partitions_query = 'SELECT * FROM {source}', update_group = 3000, time_column = 'time')\$\$)" >/dev/null
-writes=0
-while kill -0 $admin 2>/dev/null && [ $writes -lt 200 ]; do
-  writes=$((writes + 1))
-  q >"$work/replan_writer.out" 2>&1 <<SQL || { fail "write $writes waited for an admin's create whose upstream moved: $(cat "$work/replan_writer.out")"; break; }
-SET lock_timeout = '2s';
-SET ROLE micromegas_admin;
-SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW during_replan WITH (
-  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
-  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
-  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
-SQL
-  sleep 0.5
-done
+writes_while $admin "an admin's create whose upstream moved"
 admin_status=0
 wait $admin || admin_status=$?
 { [ $admin_status = 0 ] && grep -qx created "$work/upstream_join.out"; } \
@@ -223,27 +231,15 @@ wait $admin || admin_status=$?
 [ $status = "$status_before" ] && echo "limits: an upstream replaced while an admin's create planned: it planned again ahead of the lock; $writes writes meanwhile did not wait"
 
 # writes_meanwhile LABEL SQLFILE EXPECTED: runs SQLFILE (a write that must
-# re-check the 800-way dependent upstream_join) in the background, and
-# other writes under a 2 s lock_timeout every half second until it ends;
-# none may wait for it, and it must answer EXPECTED.
+# re-check the 800-way dependent upstream_join) in the background, with
+# writes_while beside it; it must answer EXPECTED.
 writes_meanwhile() {
   local label="$1" sql="$2" expected="$3"
-  local before=$status writes=0 admin_status=0 begin_ms took_ms
+  local before=$status admin_status=0 begin_ms took_ms
   begin_ms=$(date +%s%3N)
   psql -X -A -t -v ON_ERROR_STOP=1 -d "$db" -f "$sql" >"$sql.out" 2>&1 &
   local admin=$!
-  while kill -0 $admin 2>/dev/null && [ $writes -lt 200 ]; do
-    writes=$((writes + 1))
-    q >"$work/recheck_writer.out" 2>&1 <<SQL || { fail "write $writes waited for $label: $(cat "$work/recheck_writer.out")"; break; }
-SET lock_timeout = '2s';
-SET ROLE micromegas_admin;
-SELECT status FROM micromegas.mm_create_view(\$\$CREATE OR REPLACE MATERIALIZED VIEW during_recheck WITH (
-  extract_query = 'SELECT time, process_id, level + $writes AS level FROM log_entries',
-  count_src_query = 'SELECT sum(nb_objects) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
-  merge_partitions_query = 'SELECT * FROM {source}', update_group = 9000, time_column = 'time')\$\$);
-SQL
-    sleep 0.5
-  done
+  writes_while $admin "$label"
   wait $admin || admin_status=$?
   took_ms=$(( $(date +%s%3N) - begin_ms ))
   { [ $admin_status = 0 ] && grep -qx "$expected" "$sql.out"; } || fail "$label: $(head -c 400 "$sql.out")"

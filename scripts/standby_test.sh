@@ -22,14 +22,10 @@ standby_socket="$MMV_RUN/standby-socket"
 out="$MMV_RUN/results/standby"
 status=0
 
-stop_standby() {
-  [ -d "$standby/data" ] && as_postgres "$PG_BIN/pg_ctl" -D "$standby/data" -m immediate stop >/dev/null 2>&1 || true
-}
-trap stop_standby EXIT
-stop_standby
+trap 'stop_standby "$standby"' EXIT
+stop_standby "$standby"
 rm -rf "$standby" "$standby_socket" "$out"
-mkdir -p "$standby" "$standby_socket" "$out" && chmod 777 "$out"
-[ "$(id -u)" = 0 ] && chown postgres "$standby" "$standby_socket"
+mkdir -p "$out" && chmod 777 "$out"
 
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql -X -q -d "$db" -c "$MMV_INSTALL_SQL"
@@ -46,14 +42,7 @@ regress() {
 regress setup "$PGHOST" "$PGPORT" standby_setup || status=1
 
 echo "standby: pg_basebackup -R of the cluster, started on port $standby_port"
-as_postgres "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$standby/data" -R -X stream -c fast
-# The connection string -R writes may carry options (e.g. sslcertmode) that
-# the libpq the walreceiver loads does not know (a relocatable build loads
-# the system's): the standby connects with the essentials only.
-echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=mmv_standby'" \
-  | as_postgres tee -a "$standby/data/postgresql.auto.conf" >/dev/null
-as_postgres env -u RUST_BACKTRACE -u RUST_LIB_BACKTRACE "$PG_BIN/pg_ctl" -D "$standby/data" -w \
-  -l "$standby/postgres.log" -o "-p $standby_port -k $standby_socket -c listen_addresses='' -c hot_standby=on" start >/dev/null
+start_standby "$standby" "$standby_port" "$standby_socket" mmv_standby
 # Streaming, and caught up with a write made after the clone.
 psql -X -q -d "$db" -c "SELECT pg_switch_wal()" >/dev/null
 primary_lsn=$(psql -X -At -d "$db" -c "SELECT pg_current_wal_lsn()")
