@@ -270,6 +270,98 @@ mod tests {
         assert_eq!(fields("on_bt_r"), "process_id,time,n");
     }
 
+    /// A replace refused by several of its dependents plans each re-check
+    /// once, ahead of the lock: every refusal found ahead is remembered for
+    /// the statement, so the write under the lock plans none again.
+    #[pg_test]
+    fn a_replace_refused_by_several_dependents_plans_none_of_them_under_the_lock() {
+        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
+        let view = |name: &str, extract: &str, group: i32| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
+                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
+                 time_column = 'time')"
+            )
+        };
+        let planned = crate::pg::api::validations_planned;
+        assert_eq!(create(&view("up_m", "SELECT time, process_id, level FROM log_entries", 4000)), "created");
+        for name in ["first_m", "second_m", "third_m"] {
+            assert_eq!(create(&view(name, "SELECT time, process_id, level FROM up_m WHERE level > 0", 5000)), "created");
+        }
+        // Drops `level`, which all three read.
+        let replace = view("up_m", "SELECT time, process_id FROM log_entries", 4000);
+        crate::pg::api::forget_validations();
+        let before = planned();
+        assert!(ahead(&replace));
+        assert_eq!(planned(), before + 4, "the replace and its three re-checks");
+        let message = PgTryBuilder::new(|| {
+            create(&replace);
+            None
+        })
+        .catch_others(|e| match e {
+            pg_sys::panic::CaughtError::PostgresError(report) => Some(report.message().to_string()),
+            other => panic!("unexpected error: {other:?}"),
+        })
+        .execute();
+        let message = message.unwrap_or_default();
+        assert!(message.contains("up_m") && message.contains("depends on it"), "{message}");
+        assert_eq!(planned(), before + 4, "a refused re-check was planned again under the lock");
+    }
+
+    /// A built-in's registration under a name a definition holds is refused
+    /// by the write; planning ahead says so at once and plans nothing (no
+    /// re-check, and no re-check's time limit given to it).
+    #[pg_test]
+    fn a_registration_refused_for_a_defined_name_plans_nothing_ahead() {
+        let planned = crate::pg::api::validations_planned;
+        assert_eq!(
+            create(
+                "CREATE MATERIALIZED VIEW held_r WITH (extract_query = 'SELECT time, process_id FROM log_entries', \
+                 count_src_query = 'SELECT count(*) AS count FROM blocks \
+                 WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', \
+                 merge_partitions_query = 'SELECT * FROM {source}', update_group = 4000, time_column = 'time')"
+            ),
+            "created"
+        );
+        assert_eq!(
+            create(
+                "CREATE MATERIALIZED VIEW on_held_r WITH (extract_query = 'SELECT * FROM held_r', \
+                 count_src_query = 'SELECT count(*) AS count FROM blocks \
+                 WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', \
+                 merge_partitions_query = 'SELECT * FROM {source}', update_group = 5000, time_column = 'time')"
+            ),
+            "created"
+        );
+        const SCHEMA: &str = r#"{"fields": [{"name": "n", "type": "Int64"}]}"#;
+        crate::pg::api::forget_validations();
+        let before = planned();
+        let ahead = Spi::get_one_with_args::<bool>(
+            "SELECT micromegas._mm_plan_builtin_ahead('held_r', $1, 500, 'raw')",
+            &[SCHEMA.into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!ahead);
+        assert_eq!(planned(), before, "a refused registration planned its dependents");
+        let message = PgTryBuilder::new(|| {
+            Spi::run_with_args(
+                "SELECT micromegas.mm_register_builtin_view_set('held_r', $1, 500, 'raw')",
+                &[SCHEMA.into()],
+            )
+            .unwrap();
+            None
+        })
+        .catch_others(|e| match e {
+            pg_sys::panic::CaughtError::PostgresError(report) => Some(report.message().to_string()),
+            other => panic!("unexpected error: {other:?}"),
+        })
+        .execute();
+        let message = message.unwrap_or_default();
+        assert!(message.contains("held_r"), "{message}");
+        assert_eq!(planned(), before, "the refused registration planned under the lock");
+    }
+
     /// A CREATE OR REPLACE of what a view already stores, against the
     /// sources it was validated with, takes the stored derived columns; any
     /// change to the definition, to a source or to the plan-node limit
