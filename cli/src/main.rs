@@ -21,7 +21,7 @@ struct Cli {
     /// unset parts come from PGHOST, PGPORT, PGUSER, PGDATABASE, PGPASSWORD.
     #[arg(long, global = true, default_value = "")]
     dsn: String,
-    /// The identity recorded as updated_by (micromegas_views.actor); default: the OS user.
+    /// The identity recorded as updated_by (micromegas_views.actor); default: $USER, else micromegas-views.
     #[arg(long, global = true)]
     actor: Option<String>,
     #[command(subcommand)]
