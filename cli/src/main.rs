@@ -71,10 +71,47 @@ async fn main() -> ExitCode {
     }
 }
 
+/// A failed connection, naming where it went (host and port, as the
+/// connection string and the libpq environment resolve them) and every
+/// cause down the chain.
+fn connect_error(dsn: &str, e: &tokio_postgres::Error) -> String {
+    use tokio_postgres::config::Host;
+    let target = match micromegas_views_client::connection(dsn) {
+        Ok((config, _)) => {
+            let hosts: Vec<String> = config
+                .get_hosts()
+                .iter()
+                .map(|h| match h {
+                    Host::Tcp(name) => name.clone(),
+                    Host::Unix(path) => path.display().to_string(),
+                })
+                .collect();
+            let ports: Vec<String> = config.get_ports().iter().map(u16::to_string).collect();
+            format!(
+                " to host {} port {}",
+                if hosts.is_empty() { "(none given)".into() } else { hosts.join(",") },
+                if ports.is_empty() { "5432".into() } else { ports.join(",") }
+            )
+        }
+        Err(_) => String::new(),
+    };
+    let mut text = format!("cannot connect{target}: {}", plan::pg_error(e));
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(&format!(": {cause_text}"));
+        }
+        source = cause.source();
+    }
+    text.push_str("\n  HINT: check --dsn, or PGHOST and PGPORT, and that the server accepts connections there");
+    text
+}
+
 async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
     let mut client = micromegas_views_client::connect(&cli.dsn)
         .await
-        .map_err(|e| format!("cannot connect: {}", plan::pg_error(&e)))?;
+        .map_err(|e| connect_error(&cli.dsn, &e))?;
     match cli.command {
         Command::Plan { dir, prune } => {
             let mut plan = plan::make(&client, &dir, prune).await?;
@@ -172,7 +209,12 @@ async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
                 )
                 .await
                 .map_err(|e| plan::pg_error(&e))?
-                .ok_or_else(|| format!("materialized view \"{name}\" does not exist"))?;
+                .ok_or_else(|| {
+                    format!(
+                        "materialized view \"{name}\" does not exist\n  HINT: if it was dropped, \
+                         SELECT * FROM micromegas.mm_view_history('{name}') lists its versions"
+                    )
+                })?;
             let (sql, group, schema, hash, reads, status, error): (
                 String,
                 i32,

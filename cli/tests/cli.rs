@@ -560,3 +560,40 @@ fn apply_plans_its_steps_before_it_holds_the_catalog_lock() {
         "quick,slow"
     );
 }
+
+/// A failed connection names the host, the port and the cause, and what to
+/// check; `show` of a name that is not defined says where a dropped view's
+/// versions are.
+#[test]
+fn mistakes_get_messages_that_say_where_and_what_next() {
+    // Port 1 on loopback: nothing listens there.
+    let out = cli("host=127.0.0.1 port=1 dbname=x user=nobody", &["list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect to host 127.0.0.1 port 1"), "{err}");
+    assert!(err.contains("Connection refused"), "{err}");
+    assert!(err.contains("HINT: check --dsn, or PGHOST and PGPORT"), "{err}");
+
+    let dsn = database("mmv_cli_mistakes");
+    let out = cli(&dsn, &["show", "never_there"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("materialized view \"never_there\" does not exist"), "{err}");
+    assert!(err.contains("micromegas.mm_view_history('never_there')"), "{err}");
+
+    // A reader's apply: Postgres names the function; the CLI adds who may.
+    query(
+        &dsn,
+        "DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'mmv_cli_reader') THEN \
+         CREATE ROLE mmv_cli_reader LOGIN IN ROLE micromegas_reader; END IF; END$$",
+    );
+    let dir = workdir("mistakes");
+    write(&dir, "r", &view("r", "log_entries", "time, process_id", 4000));
+    let reader = dsn.replace("user=postgres", "user=mmv_cli_reader");
+    assert!(reader.contains("user=mmv_cli_reader"), "{reader}");
+    let out = cli(&reader, &["apply", dir.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("42501"), "{err}");
+    assert!(err.contains("HINT: apply needs a role that is a member of micromegas_admin"), "{err}");
+}

@@ -11,7 +11,8 @@ use crate::schema;
 use arrow_schema::{DataType, Schema, SchemaRef, TimeUnit};
 use datafusion_common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion_common::ScalarValue;
-use datafusion_expr::{Expr, LogicalPlan};
+use datafusion_expr::{Expr, ExprSchemable, LogicalPlan};
+use std::sync::Arc;
 use sqlparser::ast::{visit_expressions, visit_relations, ObjectName, Query};
 use std::collections::BTreeSet;
 use std::ops::ControlFlow;
@@ -285,8 +286,10 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
             )));
             return Ok(TreeNodeRecursion::Stop);
         }
+        let inputs = node.inputs();
         node.apply_expressions(|expr| {
-            problem = planner::volatility_problem(option, expr);
+            problem = planner::volatility_problem(option, expr)
+                .or_else(|| constant_problem(option, expr, &inputs));
             Ok(if problem.is_some() {
                 TreeNodeRecursion::Stop
             } else {
@@ -298,6 +301,98 @@ fn check_plan(option: &str, plan: &LogicalPlan) -> Result<()> {
         Some(e) => Err(e),
         None => Ok(()),
     }
+}
+
+/// A string constant the query gives where a function (or a CAST) wants
+/// another type, and that does not convert: `date_bin('1 fortnight', t)`.
+/// DataFusion converts such a constant only when the query runs; a
+/// definition would fail at its first materialization, so it is refused
+/// here, naming the constant and the type.
+fn constant_problem(option: &str, expr: &Expr, inputs: &[&LogicalPlan]) -> Option<Error> {
+    fn text(e: &Expr) -> Option<&str> {
+        match e {
+            Expr::Literal(
+                ScalarValue::Utf8(Some(s))
+                | ScalarValue::LargeUtf8(Some(s))
+                | ScalarValue::Utf8View(Some(s)),
+                _,
+            ) => Some(s),
+            _ => None,
+        }
+    }
+    let converts = |value: &str, to: &DataType| match to {
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => None,
+        _ => ScalarValue::Utf8(Some(value.to_string()))
+            .cast_to(to)
+            .err()
+            .map(|e| planner::df_message(&e)),
+    };
+    let mut problem = None;
+    let _ = expr.apply(|e| {
+        let found = match e {
+            Expr::Cast(c) => text(&c.expr).and_then(|v| {
+                converts(v, c.field.data_type()).map(|why| (v.to_string(), c.field.data_type().clone(), None, why))
+            }),
+            Expr::ScalarFunction(f)
+                if f.args.iter().any(|a| matches!(a, Expr::Cast(c) if text(&c.expr).is_some())) =>
+            {
+                // The planner cast the constant for the function already.
+                f.args.iter().find_map(|a| match a {
+                    Expr::Cast(c) => text(&c.expr).and_then(|v| {
+                        converts(v, c.field.data_type()).map(|why| {
+                            (v.to_string(), c.field.data_type().clone(), Some(f.func.name().to_string()), why)
+                        })
+                    }),
+                    _ => None,
+                })
+            }
+            Expr::ScalarFunction(f) if f.args.iter().any(|a| text(a).is_some()) => {
+                let schema = inputs.iter().map(|p| p.schema().as_ref().clone()).reduce(|mut a, b| {
+                    a.merge(&b);
+                    a
+                });
+                let types: Option<Vec<DataType>> = f
+                    .args
+                    .iter()
+                    .map(|a| match (a, schema.as_ref()) {
+                        (Expr::Literal(v, _), _) => Some(v.data_type()),
+                        (_, Some(schema)) => a.get_type(schema).ok(),
+                        (_, None) => None,
+                    })
+                    .collect();
+                types
+                    .and_then(|types| {
+                        let fields: Vec<_> = types
+                            .into_iter()
+                            .map(|t| Arc::new(arrow_schema::Field::new("a", t, true)))
+                            .collect();
+                        datafusion_expr::type_coercion::functions::fields_with_udf(&fields, f.func.as_ref()).ok()
+                    })
+                    .map(|fields| fields.iter().map(|f| f.data_type().clone()).collect::<Vec<_>>())
+                    .and_then(|wanted| {
+                        f.args.iter().zip(wanted).find_map(|(a, to)| {
+                            let v = text(a)?;
+                            converts(v, &to).map(|why| (v.to_string(), to, Some(f.func.name().to_string()), why))
+                        })
+                    })
+            }
+            _ => None,
+        };
+        if let Some((value, to, function, why)) = found {
+            let place = match function {
+                Some(name) => format!("as an argument of {name}()"),
+                None => "in a CAST".to_string(),
+            };
+            problem = Some(
+                Error::definition(format!("{option}: '{value}' {place} is not a valid {to}"))
+                    .with_detail(why)
+                    .with_hint("DataFusion would refuse it only when the view is materialized; write a constant it reads, e.g. '1 hour' or '30 minutes'."),
+            );
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    problem
 }
 
 fn scanned_tables(plan: &LogicalPlan) -> BTreeSet<String> {
@@ -361,10 +456,13 @@ fn check_audience(schema: &Schema) -> Result<()> {
 
 fn check_time_columns(def: &Definition, schema: &Schema) -> Result<()> {
     let o = &def.options;
-    for (option, column) in [
-        ("min_time_column", &o.min_time_column),
-        ("max_time_column", &o.max_time_column),
-    ] {
+    // One column given as time_column is named by that option.
+    let (min, max) = if o.min_time_column == o.max_time_column {
+        ("time_column", "time_column")
+    } else {
+        ("min_time_column", "max_time_column")
+    };
+    for (option, column) in [(min, &o.min_time_column), (max, &o.max_time_column)] {
         let Ok(field) = schema.field_with_name(column) else {
             return Err(Error::definition(format!(
                 "time column \"{column}\" ({option}) is not in the extract_query output"

@@ -248,6 +248,10 @@ impl Parser {
             let start = self.location();
             let option = self.identifier("an option name")?;
             self.token(Token::Eq, "\"=\"")?;
+            let quoted = matches!(
+                self.peek().map(|t| &t.token),
+                Some(Token::SingleQuotedString(_))
+            );
             let value = self.literal()?;
             options.push(RawOption {
                 name: option,
@@ -260,6 +264,15 @@ impl Parser {
                 Some(Token::RParen) => {
                     self.pos += 1;
                     break;
+                }
+                _ if quoted => {
+                    // A quote inside a single-quoted query ends the value.
+                    let option = &options[options.len() - 1].name;
+                    return Err(self.unexpected("\",\" or \")\"").with_hint(format!(
+                        "The value of {option} ends at a quote inside it: double each quote \
+                         within the query ('1 hour' becomes ''1 hour''), or quote the whole \
+                         query with dollar quotes ({option} = $q$ … $q$)."
+                    )))
                 }
                 _ => return Err(self.unexpected("\",\" or \")\"")),
             }
@@ -317,6 +330,21 @@ impl Parser {
                     .with_detail(at(self.location()))
                     .with_hint("Drop each view with its own statement."),
             );
+        }
+        if let Some(t) = self.peek() {
+            if let Token::Word(w) = &t.token {
+                if matches!(w.keyword, Keyword::CASCADE | Keyword::RESTRICT) {
+                    let word = w.value.to_uppercase();
+                    return Err(Error::syntax(format!(
+                        "DROP MATERIALIZED VIEW takes no {word}"
+                    ))
+                    .with_detail(at(t.span.start))
+                    .with_hint(
+                        "A view another definition reads is never dropped with it: drop or replace each \
+                         dependent first (micromegas.list_view_dependencies() names them).",
+                    ));
+                }
+            }
         }
         Ok(DropStatement { if_exists, name })
     }
@@ -452,6 +480,20 @@ mod tests {
             e.message,
             "syntax error at or near \"extra\": expected end of statement"
         );
+
+        // A quote inside a single-quoted query ends it: the hint says what to do.
+        let e = parse("CREATE MATERIALIZED VIEW v WITH (extract_query = 'SELECT date_bin('1 hour', time) FROM t')")
+            .unwrap_err();
+        assert_eq!(e.message, "syntax error at or near \"1\": expected \",\" or \")\"");
+        let hint = e.hint.unwrap_or_default();
+        assert!(hint.contains("extract_query") && hint.contains("''1 hour''") && hint.contains("$q$"), "{hint}");
+
+        // DROP has no CASCADE (nor RESTRICT), and says so.
+        for word in ["CASCADE", "restrict"] {
+            let e = parse(&format!("DROP MATERIALIZED VIEW v {word}")).unwrap_err();
+            assert_eq!(e.message, format!("DROP MATERIALIZED VIEW takes no {}", word.to_uppercase()));
+            assert!(e.hint.unwrap_or_default().contains("list_view_dependencies()"));
+        }
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = b)").unwrap_err();
         assert_eq!(

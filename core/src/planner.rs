@@ -816,10 +816,22 @@ pub fn plan_resolving(
                 "{option} reads \"{name}\", which is not a known view set"
             ))
             .with_detail(detail)
-            .with_hint("A definition reads built-in view sets and other materialized views by their unqualified name.");
+            .with_hint(if option == "merge_partitions_query" {
+                "merge_partitions_query reads the view's own partitions as {source}, not by the view's name."
+            } else {
+                "A definition reads built-in view sets and other materialized views by their unqualified name."
+            });
         }
-        Error::definition(format!("{option} does not plan: {}", first_line(&detail)))
-            .with_detail(detail)
+        // The message shows the diagnostic's first line; the DETAIL, the
+        // rest of it, if any (not the first line again).
+        let first = first_line(&detail).to_string();
+        let error = Error::definition(format!("{option} does not plan: {first}"));
+        let rest = detail.lines().skip(1).collect::<Vec<_>>().join("\n");
+        if rest.trim().is_empty() {
+            error
+        } else {
+            error.with_detail(rest.trim().to_string())
+        }
     })
     .map(|plan| (plan, provider.resolved.take()))
 }

@@ -132,6 +132,11 @@ fn extract_query_must_plan() {
         rejected(&[("extract_query", "SELECT nope FROM log_entries")]),
         "extract_query does not plan: No field named nope."
     );
+    // The DETAIL goes on from the message, not repeating it.
+    let e = check(&[("extract_query", "SELECT nope FROM log_entries")]).unwrap_err();
+    let detail = e.detail.unwrap_or_default();
+    assert!(detail.starts_with("Valid fields are log_entries.process_id"), "{detail}");
+    assert!(!detail.contains("No field named"), "{detail}");
     assert_eq!(
         rejected(&[("extract_query", "SELECT * FROM log_entriez")]),
         "extract_query reads \"log_entriez\", which is not a known view set"
@@ -439,7 +444,7 @@ fn time_columns_exist_and_are_nanosecond_timestamps() {
     .is_ok());
     assert_eq!(
         rejected(&[("time_column", "time")]),
-        "time column \"time\" (min_time_column) is not in the extract_query output"
+        "time column \"time\" (time_column) is not in the extract_query output"
     );
     assert_eq!(
         rejected(&[("max_time_column", "missing")]),
@@ -447,14 +452,14 @@ fn time_columns_exist_and_are_nanosecond_timestamps() {
     );
     assert_eq!(
         rejected(&[("time_column", "count")]),
-        "time column \"count\" (min_time_column) must be a nanosecond timestamp, not Int64"
+        "time column \"count\" (time_column) must be a nanosecond timestamp, not Int64"
     );
     assert_eq!(
         rejected(&[
             ("extract_query", "SELECT arrow_cast(time, 'Timestamp(Millisecond, Some(\"+00:00\"))') AS time_bin, target, count(*) AS count, arrow_cast(max(audience), 'Dictionary(Int32, Utf8)') AS audience FROM log_entries GROUP BY 1, target"),
             ("merge_partitions_query", "SELECT time_bin, target, sum(count) AS count, audience FROM {source} GROUP BY time_bin, target, audience"),
         ]),
-        "time column \"time_bin\" (min_time_column) must be a nanosecond timestamp, not Timestamp(ms, \"+00:00\")"
+        "time column \"time_bin\" (time_column) must be a nanosecond timestamp, not Timestamp(ms, \"+00:00\")"
     );
 }
 
@@ -1627,4 +1632,30 @@ fn a_query_shape_counts_every_table_and_select_block() {
     // Every expression, in a wide CASE too.
     let case = format!("SELECT CASE {} END AS x", (0..1000).map(|i| format!("WHEN y = {i} THEN {i}")).collect::<String>());
     assert!(shape(&case).expressions > 3000, "{:?}", shape(&case));
+}
+
+/// A constant DataFusion would convert only when the view is materialized
+/// (an interval given as a string, a CAST of a string) is refused at CREATE
+/// when it does not convert, naming it.
+#[test]
+fn constants_that_would_fail_at_materialization_are_refused() {
+    for interval in ["1 fortnight", "banana"] {
+        let extract = EXTRACT.replace("'1 minute'", &format!("'{interval}'"));
+        assert_eq!(
+            rejected(&[("extract_query", &extract)]),
+            format!("extract_query: '{interval}' as an argument of date_bin() is not a valid Interval(MonthDayNano)")
+        );
+    }
+    let e = check(&[(
+        "extract_query",
+        &EXTRACT.replace("count(*) AS count", "count(*) + CAST('seven' AS BIGINT) AS count"),
+    )])
+    .unwrap_err();
+    assert_eq!(e.message, "extract_query: 'seven' in a CAST is not a valid Int64");
+    assert!(e.hint.unwrap_or_default().contains("materialized"));
+    // Constants that convert are accepted, in any spelling DataFusion reads.
+    for interval in ["1 hour", "30 minutes", "1 day", "15 seconds"] {
+        let extract = EXTRACT.replace("'1 minute'", &format!("'{interval}'"));
+        assert!(check(&[("extract_query", &extract)]).is_ok(), "{interval}");
+    }
 }
