@@ -32,6 +32,11 @@
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
 --@verbatim schema.sql:role marks
 
+COMMENT ON TABLE micromegas.query_deny_list IS
+  'Query deny list: a FlightSQL query whose context makes match_expr TRUE is rejected';
+COMMENT ON TABLE micromegas.audience_grants IS
+  'Audience grants: who may read or mint each audience';
+
 --@replace CREATE FUNCTION micromegas._mm_jobs_notify(
 --@replace CREATE FUNCTION micromegas.mm_explain_view(
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS

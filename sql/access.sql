@@ -1,4 +1,4 @@
--- micromegas_views: the query deny list and the audience grants of seed 002,
+-- micromegas_views: micromegas' query deny list and audience grants,
 -- as validated Postgres state. Every write path (the functions below, a
 -- direct INSERT/UPDATE/DELETE by an admin) goes through the same triggers:
 -- a deny rule is compiled with DataFusion before it is stored, the cap is
@@ -24,7 +24,7 @@ CREATE TABLE micromegas.query_deny_list (
   match_expr text NOT NULL
 );
 COMMENT ON TABLE micromegas.query_deny_list IS
-  'Query deny list (seed 002): a FlightSQL query whose context makes match_expr TRUE is rejected';
+  'Query deny list: a FlightSQL query whose context makes match_expr TRUE is rejected';
 
 -- <deny hits>
 -- When each rule last fired, as the services report it. A table of its own,
@@ -67,7 +67,7 @@ CREATE TABLE micromegas.audience_grants (
   CONSTRAINT audience_grants_valid CHECK (micromegas._mm_audience_problem(audience, axis, selector) IS NULL)
 );
 COMMENT ON TABLE micromegas.audience_grants IS
-  'Audience grants (seed 002): who may read or mint each audience';
+  'Audience grants: who may read or mint each audience';
 -- </tables>
 
 -- <deny list>
@@ -144,7 +144,7 @@ CREATE TRIGGER query_deny_list_no_truncate
   BEFORE TRUNCATE ON micromegas.query_deny_list
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
 
--- Seed 002: validates and stores a rule; one (time, msg) row, msg the id.
+-- micromegas' deny_queries: validates and stores a rule; one (time, msg) row, msg the id.
 CREATE FUNCTION micromegas.deny_queries(match_expr text, reason text)
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -159,7 +159,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: every rule in force, oldest first.
+-- micromegas' list_query_denials: every rule in force, oldest first.
 CREATE FUNCTION micromegas.list_query_denials()
 RETURNS TABLE (rule_id text, created_at timestamptz, created_by text, reason text, match_expr text,
                last_hit_at timestamptz)
@@ -169,7 +169,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY q.created_at, q.rule_id
 $$;
 
--- Seed 002: deletes one rule; the outcome as text, never an error.
+-- micromegas' remove_query_denial: deletes one rule; the outcome as text, never an error.
 CREATE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
@@ -379,7 +379,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
                   nullif(btrim(current_setting('micromegas_views.caller_is_admin', true)), '')) IS NOT NULL
 $$;
 
--- Seed 002: the grants an end user may see. Which grants exist is decided
+-- The grants an end user may see. Which grants exist is decided
 -- by database privileges (the table and the snapshot: services and admins
 -- only). This listing is a presentation rule for the end user a service
 -- acts for: a claimed admin (caller_is_admin) sees every row; a claimed

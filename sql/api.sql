@@ -145,7 +145,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: every row of the definitions table, straight from Postgres.
+-- micromegas' list_view_set_definitions: every row of the definitions table, straight from Postgres.
 CREATE FUNCTION micromegas.list_view_set_definitions()
 RETURNS TABLE (view_set_name text, definition_sql text, update_group integer,
                updated_at timestamptz, updated_by text, load_status text, load_error text, warnings jsonb)
@@ -214,7 +214,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY 1, 2
 $$;
 
--- Seed 002: every view set the services should load — the built-ins and the
+-- micromegas' list_view_sets: every view set the services should load — the built-ins and the
 -- DDL rows that validated — with its current schema and hash. Any role.
 CREATE FUNCTION micromegas.list_view_sets()
 RETURNS TABLE (view_set_name text, current_schema_hash bytea, schema text, has_view_maker boolean,

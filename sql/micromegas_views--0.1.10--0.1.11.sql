@@ -47,6 +47,11 @@ BEGIN
 END
 $$;
 
+COMMENT ON TABLE micromegas.query_deny_list IS
+  'Query deny list: a FlightSQL query whose context makes match_expr TRUE is rejected';
+COMMENT ON TABLE micromegas.audience_grants IS
+  'Audience grants: who may read or mint each audience';
+
 CREATE OR REPLACE FUNCTION micromegas._mm_jobs_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN

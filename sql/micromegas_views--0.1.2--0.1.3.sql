@@ -550,7 +550,7 @@ IMMUTABLE STRICT PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'sql_hash_wrapper';
 
--- micromegas_views: the query deny list and the audience grants of seed 002,
+-- micromegas_views: micromegas' query deny list and audience grants,
 -- as validated Postgres state. Every write path (the functions below, a
 -- direct INSERT/UPDATE/DELETE by an admin) goes through the same triggers:
 -- a deny rule is compiled with DataFusion before it is stored, the cap is
@@ -577,7 +577,7 @@ CREATE TABLE micromegas.query_deny_list (
   last_hit_at timestamptz
 );
 COMMENT ON TABLE micromegas.query_deny_list IS
-  'Query deny list (seed 002): a FlightSQL query whose context makes match_expr TRUE is rejected';
+  'Query deny list: a FlightSQL query whose context makes match_expr TRUE is rejected';
 
 -- The audience rules, in one place: the table's CHECK and the functions'
 -- messages both come from here. NULL when the row is valid.
@@ -604,7 +604,7 @@ CREATE TABLE micromegas.audience_grants (
   CONSTRAINT audience_grants_valid CHECK (micromegas._mm_audience_problem(audience, axis, selector) IS NULL)
 );
 COMMENT ON TABLE micromegas.audience_grants IS
-  'Audience grants (seed 002): who may read or mint each audience';
+  'Audience grants: who may read or mint each audience';
 -- </tables>
 
 -- <deny list>
@@ -680,7 +680,7 @@ CREATE TRIGGER query_deny_list_no_truncate
   BEFORE TRUNCATE ON micromegas.query_deny_list
   FOR EACH STATEMENT EXECUTE FUNCTION micromegas._mm_refuse_truncate();
 
--- Seed 002: validates and stores a rule; one (time, msg) row, msg the id.
+-- As micromegas: validates and stores a rule; one (time, msg) row, msg the id.
 CREATE FUNCTION micromegas.deny_queries(match_expr text, reason text)
 RETURNS TABLE ("time" timestamptz, msg text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -694,7 +694,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: every rule in force, oldest first.
+-- As micromegas: every rule in force, oldest first.
 CREATE FUNCTION micromegas.list_query_denials()
 RETURNS TABLE (rule_id text, created_at timestamptz, created_by text, reason text, match_expr text,
                last_hit_at timestamptz)
@@ -704,7 +704,7 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
    ORDER BY q.created_at, q.rule_id
 $$;
 
--- Seed 002: deletes one rule; the outcome as text, never an error.
+-- As micromegas: deletes one rule; the outcome as text, never an error.
 CREATE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_variable
@@ -900,7 +900,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
            NULL)
 $$;
 
--- Seed 002: the grants the caller may see. A member of micromegas_admin (by
+-- As micromegas: the grants the caller may see. A member of micromegas_admin (by
 -- its login role, session_user, which no setting changes) sees every row;
 -- anyone else sees every row of each (audience, axis) pair it holds through
 -- one of its own selectors; a caller with none sees nothing.

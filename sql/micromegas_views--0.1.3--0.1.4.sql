@@ -69,7 +69,7 @@ STRICT STABLE PARALLEL SAFE
 LANGUAGE c /* Rust */
 AS 'MODULE_PATHNAME', 'job_max_attempts_wrapper';
 
--- micromegas_views: the partition metadata (seed 002's lakehouse_partitions
+-- micromegas_views: the partition metadata (micromegas' lakehouse_partitions
 -- and temporary_files, same columns as micromegas' writers and readers use),
 -- and everything that reads, writes and retires it.
 --
@@ -233,7 +233,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: every partition, optionally of one view set and instance.
+-- As micromegas: every partition, optionally of one view set and instance.
 CREATE FUNCTION micromegas.list_partitions(view_set_name text DEFAULT NULL, view_instance_id text DEFAULT NULL)
 RETURNS SETOF micromegas.lakehouse_partitions
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -256,7 +256,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires every partition of one view instance lying within
+-- As micromegas: retires every partition of one view instance lying within
 -- [begin, end] (both inclusive), whatever its schema. One row per action.
 CREATE FUNCTION micromegas.retire_partitions(
   view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz)
@@ -294,7 +294,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires exactly one partition, named by its natural key and
+-- As micromegas: retires exactly one partition, named by its natural key and
 -- schema hash (empty partitions too). Not found or ambiguous: an error, and
 -- nothing is retired.
 CREATE FUNCTION micromegas.retire_partition_by_metadata(
@@ -325,7 +325,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires the one partition with this file.
+-- As micromegas: retires the one partition with this file.
 CREATE FUNCTION micromegas.retire_partition_by_file(file_path text)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -379,9 +379,9 @@ CREATE VIEW micromegas.view_set_schema_hashes AS
   UNION ALL
   SELECT d.view_set_name, d.schema_hash FROM micromegas.lakehouse_view_set_definitions d;
 
--- Seed 002: every partition whose schema hash is not its view set's current
+-- As micromegas: every partition whose schema hash is not its view set's current
 -- one (partitions of a view set that no longer exists are not listed: see
--- list_partitions). A row type, so the argument can keep seed 002's name.
+-- list_partitions). A row type, so the argument can keep micromegas' name.
 CREATE TYPE micromegas.incompatible_partition AS (
   view_set_name text, view_instance_id text, begin_insert_time timestamptz,
   end_insert_time timestamptz, incompatible_schema_hash bytea, current_schema_hash bytea,
@@ -418,7 +418,7 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash
 $$;
 
--- Seed 002: retires every incompatible partition; one row per view set and
+-- As micromegas: retires every incompatible partition; one row per view set and
 -- instance. A partition another transaction holds is not waited for: it
 -- counts as failed, with a message, and the others are retired.
 CREATE TYPE micromegas.partition_retirement AS (
@@ -991,7 +991,7 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
 $$;
 
--- Seed 002: regenerate [begin, end) in buckets of partition_delta_seconds —
+-- As micromegas: regenerate [begin, end) in buckets of partition_delta_seconds —
 -- checked by mm_plan_regeneration's rules, one queued job per bucket.
 CREATE FUNCTION micromegas.regenerate_partitions(
   view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)

@@ -1,4 +1,4 @@
--- micromegas_views: the partition metadata (seed 002's lakehouse_partitions
+-- micromegas_views: the partition metadata (micromegas' lakehouse_partitions
 -- and temporary_files, same columns as micromegas' writers and readers use),
 -- and everything that reads, writes and retires it.
 --
@@ -267,7 +267,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: every partition, optionally of one view set and instance.
+-- micromegas' list_partitions: every partition, optionally of one view set and instance.
 CREATE FUNCTION micromegas.list_partitions(view_set_name text DEFAULT NULL, view_instance_id text DEFAULT NULL)
 RETURNS SETOF micromegas.lakehouse_partitions
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -290,7 +290,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires every partition of one view instance lying within
+-- micromegas' retire_partitions: retires every partition of one view instance lying within
 -- [begin, end] (both inclusive), whatever its schema. One row per action.
 CREATE FUNCTION micromegas.retire_partitions(
   view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz)
@@ -331,7 +331,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires exactly one partition, named by its natural key and
+-- micromegas' retire_partition_by_metadata: retires exactly one partition, named by its natural key and
 -- schema hash (empty partitions too). Not found or ambiguous: an error, and
 -- nothing is retired.
 CREATE FUNCTION micromegas.retire_partition_by_metadata(
@@ -363,7 +363,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires the one partition with this file.
+-- micromegas' retire_partition_by_file: retires the one partition with this file.
 CREATE FUNCTION micromegas.retire_partition_by_file(file_path text)
 RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -529,9 +529,9 @@ CREATE VIEW micromegas.view_set_schema_hashes AS
   UNION ALL
   SELECT d.view_set_name, d.schema_hash FROM micromegas.lakehouse_view_set_definitions d;
 
--- Seed 002: every partition whose schema hash is not its view set's current
+-- micromegas' list_incompatible_partitions: every partition whose schema hash is not its view set's current
 -- one (partitions of a view set that no longer exists are not listed: see
--- list_partitions). A row type, so the argument can keep seed 002's name.
+-- list_partitions). A row type, so the argument can keep micromegas' name.
 CREATE TYPE micromegas.incompatible_partition AS (
   view_set_name text, view_instance_id text, begin_insert_time timestamptz,
   end_insert_time timestamptz, incompatible_schema_hash bytea, current_schema_hash bytea,
@@ -570,7 +570,7 @@ BEGIN
 END
 $$;
 
--- Seed 002: retires every incompatible partition; one row per view set and
+-- micromegas' retire_incompatible_partitions: retires every incompatible partition; one row per view set and
 -- instance. A partition another transaction holds is not waited for: it
 -- counts as failed, with a message, and the others are retired.
 CREATE TYPE micromegas.partition_retirement AS (

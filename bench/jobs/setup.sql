@@ -79,8 +79,8 @@ BEGIN
 END
 $$;
 
--- A PL/pgSQL prototype of the design named in session 12 (which also asked
--- for the claim and the finish in Rust, not prototyped): what a claim and a finish rewrite in a
+-- A PL/pgSQL prototype of a split job row (the claim and the finish in
+-- Rust were not prototyped): what a claim and a finish rewrite in a
 -- narrow row of its own (keeping the lease CHECK and the domains of
 -- micromegas.jobs), the request (range, parameters, audit) in another,
 -- announcements made by the functions instead of a row trigger, the claim

@@ -1,4 +1,4 @@
--- Option rules of seed 000: required, defaults, formats.
+-- The options' rules: required, defaults, formats.
 \set q 'extract_query = $$SELECT date_bin(''1 minute'', time) AS time_bin, process_id, count(*) AS count FROM log_entries GROUP BY 1, 2$$, count_src_query = $$SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''$$, merge_partitions_query = $$SELECT time_bin, process_id, sum(count) AS count FROM {source} GROUP BY 1, 2$$'
 
 -- Defaults: both deltas '1 day', merge delta follows the source delta, no sort order.

@@ -153,7 +153,7 @@ SELECT s.name, hi.sqlstate AS above_max, strpos(hi.message, s.name) > 0 AS names
  WHERE s.name LIKE 'micromegas\_views.%' AND s.vartype = 'integer' ORDER BY 1;
 SELECT sqlstate, message FROM mmv_try('SET micromegas_views.author_checks = lenient');
 
--- 7. Wide and deep shapes that once crashed the backend (a helper's probe):
+-- 7. Wide and deep shapes that once crashed the backend:
 --    a UNION ALL of 1,000 arms (its parsed tree was cloned and dropped on
 --    the backend's own stack, recursing once per arm) plans and is stored;
 --    a CAST to a type nested 20,000 deep (Arrow recursed once per level,

@@ -1,4 +1,4 @@
--- The query deny list (seed 002): rules compiled with DataFusion before
+-- The query deny list: rules compiled with DataFusion before
 -- anything is written, on every path; the cap; listing, matching, removing,
 -- recording hits; the announcements; and mm_sql_hash.
 -- 1. A good rule: one (time, msg) row, msg the new id.

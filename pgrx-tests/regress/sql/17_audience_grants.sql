@@ -1,4 +1,4 @@
--- Audience grants (seed 002): the table's rules on every path, granting and
+-- Audience grants: the table's rules on every path, granting and
 -- revoking, and list_audience_grants' visibility rule.
 
 -- 1. The seeded rows.

@@ -1,4 +1,4 @@
--- Partition metadata (seed 002): writing, the table's guards, listing,
+-- Partition metadata: writing, the table's guards, listing,
 -- retiring by range / metadata / file, the file queue and its claim,
 -- incompatible partitions, the atomic swap, the regeneration plan, DROP
 -- retiring the global partitions, and who may do what.

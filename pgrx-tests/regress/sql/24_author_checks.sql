@@ -1,4 +1,4 @@
--- The author obligations seed 000 leaves to the author, checked on the
+-- The author obligations micromegas leaves to the author, checked on the
 -- planned queries: each check fires on its true positives and stays silent
 -- on its near misses. A finding is a WARNING (class 01) by default, a
 -- refusal (class 42) with micromegas_views.author_checks = error, nothing
