@@ -84,3 +84,83 @@ impl DenyMatcher {
         Ok(found.map(|i| &self.rules[i]))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::QueryAttributes;
+    use micromegas_views_core::deny::MATCH_COLUMNS;
+
+    /// The match context's columns are defined once, in core
+    /// (`deny::MATCH_COLUMNS`); every other list of them must be that list,
+    /// in that order: this struct's fields as `context()` hands them to the
+    /// matcher, and each list in the SQL of `mm_match_query_denial` and
+    /// `mm_match_query_denial_context`. A column added in one place only
+    /// fails here.
+    #[test]
+    fn every_list_of_the_match_columns_is_core_s() {
+        let a = QueryAttributes {
+            user_id: Some("user_id".into()),
+            email: Some("email".into()),
+            service_account: Some("service_account".into()),
+            client: Some("client".into()),
+            agent: Some("agent".into()),
+            entrypoint: Some("entrypoint".into()),
+            session: Some("session".into()),
+            notebook: Some("notebook".into()),
+            cell: Some("cell".into()),
+            client_ip: Some("client_ip".into()),
+            sql: Some("sql".into()),
+            sql_hash: Some("sql_hash".into()),
+        };
+        let context: Vec<&str> = a.context().iter().map(|c| c.unwrap()).collect();
+        assert_eq!(context, MATCH_COLUMNS);
+
+        let sql = include_str!("../../sql/access.sql");
+        let between = |start: &str, end: &str| -> String {
+            let from = sql.find(start).unwrap_or_else(|| panic!("{start} not in sql/access.sql")) + start.len();
+            let to = from + sql[from..].find(end).unwrap_or_else(|| panic!("{end} after {start}"));
+            sql[from..to].to_string()
+        };
+        let words = |text: &str, re: &str| -> Vec<String> {
+            regex::Regex::new(re)
+                .unwrap()
+                .captures_iter(text)
+                .map(|c| c[1].to_string())
+                .collect()
+        };
+        let lists = [
+            (
+                "mm_match_query_denial's parameters",
+                words(
+                    &between("CREATE FUNCTION micromegas.mm_match_query_denial(", "RETURNS"),
+                    r"(\w+) text DEFAULT NULL",
+                ),
+            ),
+            (
+                "the context array it passes to the matcher",
+                words(&between("ARRAY[", "]"), r"mm_match_query_denial\.(\w+)"),
+            ),
+            (
+                "the keys mm_match_query_denial_context accepts",
+                words(&between("WHERE k NOT IN (", ")"), r"'(\w+)'"),
+            ),
+            (
+                "the keys its HINT names",
+                words(&between("HINT = 'The keys are ", ".'"), r"(\w+)")
+                    .into_iter()
+                    .filter(|w| w != "and")
+                    .collect(),
+            ),
+            (
+                "the keys it passes on",
+                words(
+                    &between("RETURN QUERY SELECT * FROM micromegas.mm_match_query_denial(", ");"),
+                    r"(\w+) =>",
+                ),
+            ),
+        ];
+        for (what, list) in lists {
+            assert_eq!(list, MATCH_COLUMNS, "{what} in sql/access.sql");
+        }
+    }
+}
