@@ -68,7 +68,7 @@ suites() {
   { "$here/privileges_doc.sh" mmv_client --check "$root/docs/operations.md" \
     && "$here/sql_reference.sh" mmv_client --check "$root/docs/sql-reference.md"; } || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] every example of README.md and docs/, as pasted (scripts/docs_test.py)"
-  python3 "$here/docs_test.py" || failed=$((failed + 1))
+  { python3 "$here/docs_test.py" --self-test && python3 "$here/docs_test.py"; } || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] the example job worker (scripts/job_worker_test.sh)"
   "$here/job_worker_test.sh" mmv_client || failed=$((failed + 1))
   echo "== [PostgreSQL $MMV_PG] randomized DDL stress (scripts/stress.sh 4 50)"

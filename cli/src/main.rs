@@ -208,13 +208,29 @@ async fn run(cli: Cli, actor: &str, color: bool) -> Result<ExitCode, String> {
                     &[&name],
                 )
                 .await
-                .map_err(|e| plan::pg_error(&e))?
-                .ok_or_else(|| {
+                .map_err(|e| plan::pg_error(&e))?;
+            let Some(row) = row else {
+                let builtin = client
+                    .query_opt(
+                        "SELECT 1 FROM micromegas.list_view_sets() WHERE view_set_name = $1",
+                        &[&name],
+                    )
+                    .await
+                    .map_err(|e| plan::pg_error(&e))?
+                    .is_some();
+                return Err(if builtin {
+                    format!(
+                        "\"{name}\" is a built-in view set, not a materialized view\n  HINT: its schema is \
+                         in SELECT * FROM micromegas.list_view_sets(); show lists the views made with \
+                         CREATE MATERIALIZED VIEW"
+                    )
+                } else {
                     format!(
                         "materialized view \"{name}\" does not exist\n  HINT: if it was dropped, \
                          SELECT * FROM micromegas.mm_view_history('{name}') lists its versions"
                     )
-                })?;
+                });
+            };
             let (sql, group, schema, hash, reads, status, error): (
                 String,
                 i32,

@@ -20,9 +20,9 @@ pub fn pg_error(e: &tokio_postgres::Error) -> String {
             } else if *db.code() == tokio_postgres::error::SqlState::INSUFFICIENT_PRIVILEGE {
                 // Postgres names the object, not the role that may use it.
                 text.push_str(
-                    "\n  HINT: apply needs a role that is a member of micromegas_admin; plan, pull, list \
-                     and show need micromegas_reader (the privilege matrix in the extension's \
-                     operations docs lists who may call what)",
+                    "\n  HINT: plan and apply need a role that is a member of micromegas_admin (plan's \
+                     dry run writes and rolls back); pull, list and show need micromegas_reader (the \
+                     privilege matrix in the extension's operations docs lists who may call what)",
                 );
             }
             text

@@ -580,6 +580,10 @@ fn mistakes_get_messages_that_say_where_and_what_next() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("materialized view \"never_there\" does not exist"), "{err}");
     assert!(err.contains("micromegas.mm_view_history('never_there')"), "{err}");
+    let out = cli(&dsn, &["show", "blocks"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("\"blocks\" is a built-in view set, not a materialized view"), "{err}");
 
     // A reader's apply: Postgres names the function; the CLI adds who may.
     query(
@@ -595,5 +599,5 @@ fn mistakes_get_messages_that_say_where_and_what_next() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("42501"), "{err}");
-    assert!(err.contains("HINT: apply needs a role that is a member of micromegas_admin"), "{err}");
+    assert!(err.contains("HINT: plan and apply need a role that is a member of micromegas_admin"), "{err}");
 }

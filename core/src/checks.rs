@@ -383,11 +383,23 @@ fn constant_problem(option: &str, expr: &Expr, inputs: &[&LogicalPlan]) -> Optio
                 Some(name) => format!("as an argument of {name}()"),
                 None => "in a CAST".to_string(),
             };
-            problem = Some(
-                Error::definition(format!("{option}: '{value}' {place} is not a valid {to}"))
-                    .with_detail(why)
-                    .with_hint("DataFusion would refuse it only when the view is materialized; write a constant it reads, e.g. '1 hour' or '30 minutes'."),
-            );
+            let error = Error::definition(format!("{option}: '{value}' {place} is not a valid {to}"));
+            problem = Some(if value.starts_with('{') && value.ends_with('}') {
+                error
+                    .with_detail(format!("{value} is not a placeholder: the services substitute only {{begin}}, {{end}} and {{source}}."))
+                    .with_hint("Write '{begin}' or '{end}' for the bounds of the range materialized.")
+            } else {
+                let example = match to {
+                    DataType::Interval(_) => "e.g. '1 hour' or '30 minutes'",
+                    DataType::Timestamp(..) | DataType::Date32 | DataType::Date64 => {
+                        "e.g. '2024-01-01T00:00:00Z', or '{begin}' and '{end}' for the range materialized"
+                    }
+                    _ => "of that type",
+                };
+                error.with_detail(why).with_hint(format!(
+                    "DataFusion would refuse it only when the view is materialized; write a constant it reads, {example}."
+                ))
+            });
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)

@@ -107,6 +107,22 @@ pub fn parse(text: &str) -> Result<Statement> {
     Ok(statement)
 }
 
+/// The view name `text` is when it is a bare name, not a statement: one
+/// identifier (then an optional `;`), unquoted ones folded to lower case as
+/// in a statement. `None` for anything else (a statement, or not SQL).
+pub fn bare_name(text: &str) -> Option<String> {
+    if text.len() > MAX_STATEMENT_BYTES {
+        return None;
+    }
+    let mut p = Parser::new(text).ok()?;
+    if matches!(p.peek_keyword(), Some(Keyword::CREATE | Keyword::DROP)) {
+        return None;
+    }
+    let name = p.identifier("a view name").ok()?;
+    p.end().ok()?;
+    Some(name)
+}
+
 pub(crate) fn check_size(text: &str) -> Result<()> {
     if text.len() > MAX_STATEMENT_BYTES {
         return Err(Error::new(
@@ -493,6 +509,14 @@ mod tests {
             let e = parse(&format!("DROP MATERIALIZED VIEW v {word}")).unwrap_err();
             assert_eq!(e.message, format!("DROP MATERIALIZED VIEW takes no {}", word.to_uppercase()));
             assert!(e.hint.unwrap_or_default().contains("list_view_dependencies()"));
+        }
+
+        // A bare name is one identifier, folded as in a statement.
+        assert_eq!(bare_name("V2").as_deref(), Some("v2"));
+        assert_eq!(bare_name(" error_rate ;").as_deref(), Some("error_rate"));
+        assert_eq!(bare_name("\"V2\"").as_deref(), Some("V2"));
+        for not_bare in ["DROP MATERIALIZED VIEW v", "drop", "a b", "'v'", "", "v;;"] {
+            assert_eq!(bare_name(not_bare), None, "{not_bare}");
         }
 
         let e = parse("CREATE MATERIALIZED VIEW v WITH (a = b)").unwrap_err();

@@ -38,6 +38,35 @@ pub const PARSER_RECURSION_LIMIT: usize = 256;
 pub const MAX_NESTING: usize = 500;
 pub use crate::isolate::{DEFAULT_MAX_PLAN_NODES, MAX_MAX_PLAN_NODES};
 
+/// `{begin}` or `{end}` written outside a string: the services substitute a
+/// timestamp's text, which SQL reads only as a string constant. Asked when a
+/// query does not parse, to say so instead of pointing at the substituted
+/// text.
+fn unquoted_placeholder(option: &str, text: &str) -> Option<Error> {
+    let tokens = sqlparser::tokenizer::Tokenizer::new(&sqlparser::dialect::GenericDialect {}, text)
+        .tokenize()
+        .ok()?;
+    let tokens: Vec<_> = tokens
+        .into_iter()
+        .filter(|t| !matches!(t, sqlparser::tokenizer::Token::Whitespace(_)))
+        .collect();
+    tokens.windows(3).find_map(|w| match w {
+        [sqlparser::tokenizer::Token::LBrace, sqlparser::tokenizer::Token::Word(word), sqlparser::tokenizer::Token::RBrace]
+            if word.quote_style.is_none() && matches!(word.value.as_str(), "begin" | "end") =>
+        {
+            let placeholder = format!("{{{}}}", word.value);
+            Some(
+                Error::definition(format!("{option} uses {placeholder} outside quotes"))
+                    .with_detail(format!(
+                        "{placeholder} is replaced by a timestamp's text, which a query reads as a string constant."
+                    ))
+                    .with_hint(format!("Write '{placeholder}', e.g. insert_time >= '{{begin}}'.")),
+            )
+        }
+        _ => None,
+    })
+}
+
 /// Substitutes the placeholders the services substitute at run time.
 pub fn substitute(query: &str) -> String {
     query
@@ -48,15 +77,17 @@ pub fn substitute(query: &str) -> String {
 
 /// Parses one option's text: exactly one statement, and a read-only query.
 pub fn parse_query(option: &str, text: &str) -> Result<Box<sqlparser::ast::Query>> {
+    let given = text;
     let text = substitute(text);
     check_text_nesting(option, &text)?;
+    let refused = |e: &DataFusionError| {
+        unquoted_placeholder(option, given).unwrap_or_else(|| does_not_parse(option, e))
+    };
     let mut parser = DFParserBuilder::new(text.as_str())
         .with_recursion_limit(PARSER_RECURSION_LIMIT)
         .build()
-        .map_err(|e| does_not_parse(option, &e))?;
-    let mut statements = parser
-        .parse_statements()
-        .map_err(|e| does_not_parse(option, &e))?;
+        .map_err(|e| refused(&e))?;
+    let mut statements = parser.parse_statements().map_err(|e| refused(&e))?;
     if statements.len() != 1 {
         return Err(Error::definition(format!(
             "{option} must hold exactly one query, found {} statements",

@@ -1653,6 +1653,23 @@ fn constants_that_would_fail_at_materialization_are_refused() {
     .unwrap_err();
     assert_eq!(e.message, "extract_query: 'seven' in a CAST is not a valid Int64");
     assert!(e.hint.unwrap_or_default().contains("materialized"));
+    // A placeholder misspelt: named as not one, with the real ones.
+    let e = check(&[(
+        "extract_query",
+        &EXTRACT.replace("insert_time >= '{begin}'", "insert_time >= '{start}'"),
+    )])
+    .unwrap_err();
+    assert!(e.message.starts_with("extract_query: '{start}' "), "{}", e.message);
+    assert!(e.detail.unwrap_or_default().contains("not a placeholder"));
+    assert!(e.hint.unwrap_or_default().contains("'{begin}'"));
+    // A placeholder outside quotes: said so, not a parse error at the substituted text.
+    let e = check(&[(
+        "extract_query",
+        &EXTRACT.replace("insert_time >= '{begin}'", "insert_time >= {begin}"),
+    )])
+    .unwrap_err();
+    assert_eq!(e.message, "extract_query uses {begin} outside quotes");
+    assert!(e.hint.unwrap_or_default().contains("'{begin}'"));
     // Constants that convert are accepted, in any spelling DataFusion reads.
     for interval in ["1 hour", "30 minutes", "1 day", "15 seconds"] {
         let extract = EXTRACT.replace("'1 minute'", &format!("'{interval}'"));

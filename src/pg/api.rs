@@ -895,14 +895,9 @@ mod micromegas {
         ),
     > {
         let target = run_isolated(statement.to_owned(), |text| {
-            let bare = text.trim().trim_end_matches(';').trim_end();
-            if !bare.is_empty()
-                && bare
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-            {
-                check_name(bare, NameUse::Reference)?;
-                return Ok(("drop".to_string(), bare.to_string(), false, false));
+            if let Some(bare) = ddl::bare_name(&text) {
+                check_name(&bare, NameUse::Reference)?;
+                return Ok(("drop".to_string(), bare, false, false));
             }
             Ok(match ddl::parse(&text)? {
                 Statement::Create(create) => {

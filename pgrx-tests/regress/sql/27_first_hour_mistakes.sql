@@ -82,6 +82,13 @@ SELECT * FROM mmv_try($$DELETE FROM micromegas.lakehouse_view_set_definitions$$)
 -- 25. A reader's dry run of the same mistake as an admin's: the same answer.
 SELECT would_be, problems FROM micromegas.mm_explain_view(format('CREATE MATERIALIZED VIEW first2 WITH (%s, %s, %s, update_group = 3000, time_column = %L)',
   replace(:'extract', '1 hour', '1 fortnight'), :'count', :'merge', 'time_bin'));
+-- 26. A placeholder outside quotes, and one that is not a placeholder.
+SET ROLE mmv_first_admin;
+SELECT * FROM first_view(replace(:'extract', '>= ''{begin}''', '>= {begin}') || ', ' || :'count' || ', ' || :'merge' || ', update_group = 3000, time_column = ''time_bin''', 'second');
+SELECT * FROM first_view(replace(:'extract', '{begin}', '{start}') || ', ' || :'count' || ', ' || :'merge' || ', update_group = 3000, time_column = ''time_bin''', 'second');
+-- 27. A bare name in capitals folds to lower case, as in a statement.
+SELECT view_set_name, status FROM micromegas.mm_drop_view('OVER_FIRST');
+SELECT sqlstate FROM first_view('extract_query = ''SELECT time_bin, process_id, n FROM first'', ' || :'count' || ', ' || :'merge' || ', update_group = 4000, time_column = ''time_bin''', 'over_first');
 RESET ROLE;
 
 -- Nothing above changed what was created.
