@@ -600,4 +600,6 @@ fn mistakes_get_messages_that_say_where_and_what_next() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("42501"), "{err}");
     assert!(err.contains("HINT: plan and apply need a role that is a member of micromegas_admin"), "{err}");
+    // Roles are the cluster's: leave none behind.
+    query(&dsn, "DROP ROLE mmv_cli_reader");
 }
