@@ -24,10 +24,11 @@
 #  - an upstream replaced while an admin's create plans against it: the
 #    create plans again before taking the lock, and writes meanwhile do not
 #    wait;
-#  - a replace, a restore and a direct UPDATE, whose 800-way dependent must
-#    be re-checked:
+#  - a replace and a restore, whose 800-way dependent must be re-checked:
 #    the re-check is planned before the lock too, and writes meanwhile do
-#    not wait.
+#    not wait;
+#  - a direct UPDATE planning under the lock and a drop of its row: no
+#    deadlock.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 source "$here/env.sh"
@@ -274,19 +275,32 @@ SQL
 writes_meanwhile "a restore" "$work/restore_upstream.sql" restored
 [ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" = "$schema_before" ] \
   || fail "the restore did not bring the upstream's schema back"
-# A direct UPDATE of the definitions row (an admin may write the table) is
-# planned ahead of the lock as well.
-cat >"$work/update_upstream.sql" <<'SQL'
-SET ROLE micromegas_admin;
-SET micromegas_views.validation_timeout = '60s';
-UPDATE micromegas.lakehouse_view_set_definitions
-   SET definition_sql = NULL,
-       extract_query = 'SELECT insert_time AS time, process_id, nb_objects, nb_objects * 2 AS twice FROM blocks'
- WHERE view_set_name = 'quick1';
-SQL
-writes_meanwhile "a direct UPDATE" "$work/update_upstream.sql" "UPDATE 1"
-[ "$(q -A -t -c "SELECT md5(schema_ipc) FROM micromegas.lakehouse_view_set_definitions WHERE view_set_name = 'quick1'")" != "$schema_before" ] \
-  || fail "the UPDATE did not change the upstream's schema: this check needs a re-check of the dependent"
+# A direct UPDATE of the definitions row (an admin may write the table)
+# takes the catalog lock before it plans (Postgres has locked the row
+# already): a drop of that row meanwhile waits for it, and neither
+# deadlocks.
+python3 - >"$work/update_long.sql" <<'PY'
+arms = " UNION ALL ".join(f"SELECT insert_time AS time, process_id FROM blocks WHERE nb_objects > {i}" for i in range(600))
+print("SET ROLE micromegas_admin;")
+print("SET micromegas_views.validation_timeout = '60s';")
+print("UPDATE micromegas.lakehouse_view_set_definitions SET definition_sql = NULL, extract_query = $x$" + arms + "$x$ WHERE view_set_name = 'vx';")
+PY
+q -c "SET ROLE micromegas_admin" -c "SELECT status FROM micromegas.mm_create_view(\$\$CREATE MATERIALIZED VIEW vx WITH (
+  extract_query = 'SELECT insert_time AS time, process_id FROM blocks',
+  count_src_query = 'SELECT count(*) AS count FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''',
+  merge_partitions_query = 'SELECT * FROM {source}', update_group = 3000, time_column = 'time')\$\$)" >/dev/null
+before=$status
+psql -X -A -t -d "$db" -f "$work/update_long.sql" >"$work/update_long.out" 2>&1 &
+updater=$!
+sleep 1
+q -A -t -c "SET ROLE micromegas_admin" -c "SELECT status FROM micromegas.mm_drop_view('vx')" >"$work/drop_during.out" 2>&1 || true
+wait $updater || true
+if grep -qi deadlock "$work/update_long.out" "$work/drop_during.out"; then
+  fail "a direct UPDATE and a drop of its row deadlocked: $(cat "$work/update_long.out" "$work/drop_during.out" | head -c 400)"
+fi
+grep -qx "UPDATE 1" "$work/update_long.out" || fail "the direct UPDATE: $(head -c 400 "$work/update_long.out")"
+grep -qx dropped "$work/drop_during.out" || fail "the drop during the direct UPDATE: $(head -c 400 "$work/drop_during.out")"
+[ $status = "$before" ] && echo "limits: a direct UPDATE planning under the catalog lock and a drop of its row meanwhile: the drop waited, no deadlock"
 
 # Encoding a request for the helper services interrupts too: 42 MB of
 # control characters end with the statement's 500 ms statement_timeout (or

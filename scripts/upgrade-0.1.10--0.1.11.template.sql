@@ -26,7 +26,7 @@
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
 --   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too, and
---   so are a direct UPDATE of a definition and mm_restore_view.
+--   so is mm_restore_view.
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.

@@ -14,6 +14,11 @@ CREATE TABLE micromegas.access_state (
   deny_list_version bigint NOT NULL DEFAULT 0,
   audience_grants_version bigint NOT NULL DEFAULT 0
 );
+COMMENT ON TABLE micromegas.access_state IS
+  'The versions of the deny list and of the audience grants (one row); services reload when one moves';
+COMMENT ON COLUMN micromegas.access_state.singleton IS 'Always true: the table has one row';
+COMMENT ON COLUMN micromegas.access_state.deny_list_version IS 'Moves with every change to query_deny_list';
+COMMENT ON COLUMN micromegas.access_state.audience_grants_version IS 'Moves with every change to audience_grants';
 INSERT INTO micromegas.access_state DEFAULT VALUES;
 
 CREATE TABLE micromegas.query_deny_list (
@@ -23,6 +28,11 @@ CREATE TABLE micromegas.query_deny_list (
   reason text NOT NULL,
   match_expr text NOT NULL
 );
+COMMENT ON COLUMN micromegas.query_deny_list.rule_id IS 'The rule';
+COMMENT ON COLUMN micromegas.query_deny_list.created_at IS 'When it was added';
+COMMENT ON COLUMN micromegas.query_deny_list.created_by IS 'The actor who added it';
+COMMENT ON COLUMN micromegas.query_deny_list.reason IS 'Why queries are denied (shown to the caller)';
+COMMENT ON COLUMN micromegas.query_deny_list.match_expr IS 'The boolean expression over the query''s attributes';
 COMMENT ON TABLE micromegas.query_deny_list IS
   'Query deny list: a FlightSQL query whose context makes match_expr TRUE is rejected';
 
@@ -35,6 +45,8 @@ CREATE TABLE micromegas.query_deny_hits (
   rule_id uuid PRIMARY KEY,
   last_hit_at timestamptz NOT NULL
 );
+COMMENT ON COLUMN micromegas.query_deny_hits.rule_id IS 'The rule';
+COMMENT ON COLUMN micromegas.query_deny_hits.last_hit_at IS 'When it last denied a query';
 COMMENT ON TABLE micromegas.query_deny_hits IS
   'The last time each deny rule matched a query, recorded by the services (mm_record_query_denial_hits)';
 -- </deny hits>
@@ -56,6 +68,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
              left(selector, 80) || CASE WHEN length(selector) > 80 THEN '...' ELSE '' END)
   END
 $$;
+COMMENT ON FUNCTION micromegas._mm_audience_problem(text,text,text) IS
+  'Why an audience grant (audience, axis, selector) is invalid, or NULL; the table''s CHECK and mm_grant_audience use it';
 
 CREATE TABLE micromegas.audience_grants (
   audience varchar(255) NOT NULL,
@@ -66,6 +80,11 @@ CREATE TABLE micromegas.audience_grants (
   PRIMARY KEY (audience, axis, selector),
   CONSTRAINT audience_grants_valid CHECK (micromegas._mm_audience_problem(audience, axis, selector) IS NULL)
 );
+COMMENT ON COLUMN micromegas.audience_grants.audience IS 'The audience granted (the value rows carry in their audience column)';
+COMMENT ON COLUMN micromegas.audience_grants.axis IS 'read (see rows of the audience) or mint (write rows into it)';
+COMMENT ON COLUMN micromegas.audience_grants.selector IS 'Who: user:<email>, group:<name>, or * for everyone';
+COMMENT ON COLUMN micromegas.audience_grants.created_at IS 'When the grant was made';
+COMMENT ON COLUMN micromegas.audience_grants.created_by IS 'The actor who made it';
 COMMENT ON TABLE micromegas.audience_grants IS
   'Audience grants: who may read or mint each audience';
 -- </tables>
@@ -120,6 +139,8 @@ BEGIN
   RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_deny_list_before_write() IS
+  'Trigger: checks a deny rule and fills its creation columns';
 
 CREATE FUNCTION micromegas._mm_deny_list_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -130,6 +151,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_deny_list_notify() IS
+  'Trigger: bumps access_state.deny_list_version and notifies micromegas_query_deny_list';
 
 CREATE TRIGGER query_deny_list_before_write
   BEFORE INSERT OR UPDATE OR DELETE ON micromegas.query_deny_list
@@ -158,6 +181,8 @@ BEGIN
   RETURN QUERY SELECT clock_timestamp(), id::text;
 END
 $$;
+COMMENT ON FUNCTION micromegas.deny_queries(text,text) IS
+  'Admin: adds a deny rule (a boolean expression over the query''s attributes) with its reason; returns a log of what it did';
 
 -- micromegas' list_query_denials: every rule in force, oldest first.
 CREATE FUNCTION micromegas.list_query_denials()
@@ -168,6 +193,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     FROM micromegas.query_deny_list q LEFT JOIN micromegas.query_deny_hits h ON h.rule_id = q.rule_id
    ORDER BY q.created_at, q.rule_id
 $$;
+COMMENT ON FUNCTION micromegas.list_query_denials() IS
+  'Admin: every deny rule with its reason, creator and last hit';
 
 -- micromegas' remove_query_denial: deletes one rule; the outcome as text, never an error.
 CREATE FUNCTION micromegas.remove_query_denial(rule_id text) RETURNS text
@@ -192,6 +219,8 @@ BEGIN
   RETURN format('ERROR: no such rule: %s', id);
 END
 $$;
+COMMENT ON FUNCTION micromegas.remove_query_denial(text) IS
+  'Admin: removes a deny rule';
 
 -- A service flushes the rules' hits: last_hit_at only moves forward, never
 -- past the server's clock (a NULL time is now), and only for rules that
@@ -211,6 +240,8 @@ BEGIN
   RETURN touched;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_record_query_denial_hits(uuid[],timestamp with time zone) IS
+  'Service: records when rules last denied a query (in query_deny_hits, never locking a rule)';
 
 -- The first rule, oldest first, whose expression is TRUE for a query's
 -- context (NULL is no match), evaluated with the same compiled expression a
@@ -239,6 +270,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT q.rule_id::text, q.reason, q.match_expr
     FROM hit JOIN micromegas.query_deny_list q ON q.rule_id::text = hit.id
 $$;
+COMMENT ON FUNCTION micromegas.mm_match_query_denial(text,text,text,text,text,text,text,text,text,text,text,text) IS
+  'Service or admin: the first deny rule a query with these attributes matches, if any';
 
 -- The same, with the context as a jsonb object of those keys. (Its own
 -- name: an uncast string literal would otherwise go to the text form above
@@ -268,6 +301,8 @@ BEGIN
     sql => context->>'sql', sql_hash => context->>'sql_hash');
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_match_query_denial_context(jsonb) IS
+  'mm_match_query_denial with the attributes as one JSON object';
 -- </deny list>
 
 -- <audience grants>
@@ -296,6 +331,8 @@ BEGIN
   RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_audience_grants_before_write() IS
+  'Trigger: checks an audience grant (_mm_audience_problem) and fills its creation columns';
 
 CREATE FUNCTION micromegas._mm_audience_grants_notify() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -307,6 +344,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_audience_grants_notify() IS
+  'Trigger: bumps access_state.audience_grants_version and notifies micromegas_audience_grants';
 
 CREATE TRIGGER audience_grants_before_write
   BEFORE INSERT OR UPDATE OR DELETE ON micromegas.audience_grants
@@ -342,6 +381,8 @@ BEGIN
   RETURN CASE WHEN FOUND THEN 'granted' ELSE 'already_granted' END;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_grant_audience(text,text,text) IS
+  'Admin: grants an audience on an axis (read or mint) to a selector (user:, group: or *)';
 
 CREATE FUNCTION micromegas.mm_revoke_audience(audience text, axis text, selector text) RETURNS text
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -360,6 +401,8 @@ BEGIN
   RETURN CASE WHEN FOUND THEN 'revoked' ELSE 'not_found' END;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_revoke_audience(text,text,text) IS
+  'Admin: revokes an audience grant';
 
 -- The end user a service claims to act for, from the settings it sets per
 -- request: caller_email, caller_groups (comma-separated) and
@@ -378,6 +421,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
                   nullif(btrim(current_setting('micromegas_views.caller_groups', true)), ''),
                   nullif(btrim(current_setting('micromegas_views.caller_is_admin', true)), '')) IS NOT NULL
 $$;
+COMMENT ON FUNCTION micromegas._mm_caller_claims() IS
+  'The caller_email, caller_groups and caller_is_admin claims a service or admin role passes for its end user';
 
 -- The grants an end user may see. Which grants exist is decided
 -- by database privileges (the table and the snapshot: services and admins
@@ -410,6 +455,8 @@ BEGIN
      ORDER BY g.audience, g.axis, g.selector;
 END
 $$;
+COMMENT ON FUNCTION micromegas.list_audience_grants() IS
+  'The audience grants the caller may see (a service or admin passes its end user''s claims)';
 -- </audience grants>
 
 -- <snapshots>
@@ -425,6 +472,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     LEFT JOIN micromegas.query_deny_hits h ON h.rule_id = q.rule_id
    ORDER BY q.created_at, q.rule_id
 $$;
+COMMENT ON FUNCTION micromegas.mm_query_deny_list_snapshot() IS
+  'Service: every deny rule with the deny list''s version, in one read';
 
 CREATE FUNCTION micromegas.mm_audience_grants_snapshot()
 RETURNS TABLE (version bigint, audience text, axis text, selector text, created_at timestamptz, created_by text)
@@ -433,10 +482,14 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     FROM micromegas.access_state a LEFT JOIN micromegas.audience_grants g ON true
    ORDER BY g.audience, g.axis, g.selector
 $$;
+COMMENT ON FUNCTION micromegas.mm_audience_grants_snapshot() IS
+  'Service: every audience grant with the grants'' version, in one read';
 
 CREATE FUNCTION micromegas.mm_access_versions()
 RETURNS TABLE (deny_list_version bigint, audience_grants_version bigint)
 LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT a.deny_list_version, a.audience_grants_version FROM micromegas.access_state a
 $$;
+COMMENT ON FUNCTION micromegas.mm_access_versions() IS
+  'The deny list''s and the audience grants'' versions (services reload when one moves)';
 -- </snapshots>

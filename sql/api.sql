@@ -81,11 +81,16 @@ BEGIN
                       NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
+  'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
+COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean, boolean, boolean) IS
+  'Create or replace a view set definition from named arguments; stores a canonical statement';
 
 -- A view set name as a function parameter: text (never truncated like
 -- "name"), as its own type so that a single text argument resolves to the
 -- statement form of mm_drop_view below (text is the preferred string type).
 CREATE DOMAIN micromegas.view_set_name AS text;
+COMMENT ON DOMAIN micromegas.view_set_name IS 'A view set name as a function argument: text, never truncated like name';
 
 -- Drops a view by a name that follows the name rule.
 CREATE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
@@ -115,6 +120,8 @@ BEGIN
   RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version(), 0::bigint, 0::bigint;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_drop(text,boolean) IS
+  'Drops a definition by name (the two mm_drop_view forms call it), reporting the retired partitions';
 
 -- DROP MATERIALIZED VIEW by name, with the name rule CREATE applies.
 CREATE FUNCTION micromegas.mm_drop_view(name micromegas.view_set_name, if_exists boolean DEFAULT false)
@@ -144,6 +151,10 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_drop(t.view_set_name, t.if_exists);
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
+  'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
+COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) IS
+  'Drop a view set definition by name';
 
 -- micromegas' list_view_set_definitions: every row of the definitions table, straight from Postgres.
 CREATE FUNCTION micromegas.list_view_set_definitions()
@@ -155,6 +166,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     FROM micromegas.lakehouse_view_set_definitions d
    ORDER BY d.view_set_name
 $$;
+COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
+  'Every stored definition, including those that failed to load';
 
 -- A service pushes its code's current schema for a built-in view set at
 -- startup. The schema is base64 Arrow IPC or JSON.
@@ -191,6 +204,8 @@ BEGIN
                  FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
+  'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
 
 -- The catalog invariant, for operators and the concurrency tests: every
 -- definition that reads a view set that does not exist, whose update_group
@@ -213,6 +228,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
       OR (d.load_status = 'ok' AND x.load_status = 'failed')
    ORDER BY 1, 2
 $$;
+COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
+  'Definitions reading a missing view set or out of update_group order (always empty)';
 
 -- micromegas' list_view_sets: every view set the services should load — the built-ins and the
 -- DDL rows that validated — with its current schema and hash. Any role.
@@ -230,6 +247,8 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
    WHERE d.load_status = 'ok'
    ORDER BY 1
 $$;
+COMMENT ON FUNCTION micromegas.list_view_sets() IS
+  'Every view set the services should load, with its current schema and hash';
 
 -- The reload protocol's one read: the catalog version and every loadable
 -- definition, in materialization order (update_group, then name). A single
@@ -247,6 +266,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     LEFT JOIN micromegas.lakehouse_view_set_definitions d ON d.load_status = 'ok'
    ORDER BY d.update_group, d.view_set_name
 $$;
+COMMENT ON FUNCTION micromegas.mm_view_set_snapshot() IS
+  'The catalog version and every loadable definition, in materialization order';
 
 -- Edges: which view set each definition reads, with both groups.
 CREATE FUNCTION micromegas.list_view_dependencies()
@@ -261,6 +282,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
     LEFT JOIN micromegas.builtin_view_sets b ON b.view_set_name = r.name
    ORDER BY 1, 3
 $$;
+COMMENT ON FUNCTION micromegas.list_view_dependencies() IS
+  'Which view sets each definition reads, with both update groups';
 
 -- The order the daemon follows: ascending update_group, then name, over the
 -- grouped built-ins and the loadable DDL views.
@@ -275,6 +298,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
             FROM micromegas.lakehouse_view_set_definitions d WHERE d.load_status = 'ok') o
    ORDER BY 1
 $$;
+COMMENT ON FUNCTION micromegas.mm_materialization_order() IS
+  'The order the maintenance daemon materializes in';
 
 -- The dry run: what mm_create_view would do — parsing, every check, the
 -- dependents' re-checks — asked without writing (_mm_dry_run_read_only), on
@@ -290,6 +315,8 @@ RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT * FROM micromegas._mm_explain_view(statement, true)
 $$;
+COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
+  'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 
 CREATE FUNCTION micromegas._mm_explain_view(statement text, read_only boolean)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
@@ -354,6 +381,8 @@ BEGIN
                       row_warnings;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
+  'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
 
 -- What mm_create_view(statement) would store, asked without writing: the
 -- trigger's own steps (_mm_prepare_definition, _mm_name_taken) and, for a
@@ -403,6 +432,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
+  'What mm_create_view(statement) would store, or the error it would raise, without writing';
 
 -- One row "written" by a dry run: set in (or added to) the four arrays.
 CREATE FUNCTION micromegas._mm_dry_write(name text, schema_ipc text, update_group integer, load_error text,
@@ -419,6 +450,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
+  'One row written by a read-only dry run, kept in its arrays';
 
 -- _mm_recheck_dependents(source, strict) without writing, over the rows as
 -- stored overlaid with the dry run's: a dependent that no longer validates
@@ -495,6 +528,8 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS
+  'The re-check of the dependents of source (strict or lenient), without writing, over the rows a dry run has written';
 
 -- Makes the author checks at least `level` (warn or error; off lifts the
 -- requirement) for every role of this database, or for the members of
@@ -538,6 +573,8 @@ BEGIN
   RETURN QUERY SELECT r.applies_to, r.level FROM micromegas.author_check_requirements r ORDER BY 1;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
+  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
 
 -- The shipped rows: today's built-in view sets, and log_stats.
 INSERT INTO micromegas.builtin_view_sets
@@ -584,179 +621,30 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_hits', '');
 
 -- <comments>
--- What \df+ shows.
-COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
-  'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
-COMMENT ON FUNCTION micromegas.mm_create_view(text, text, text, text, integer, text, text, text, text, text, text, boolean, boolean, boolean) IS
-  'Create or replace a view set definition from named arguments; stores a canonical statement';
-COMMENT ON FUNCTION micromegas.mm_drop_view(text) IS
-  'DROP MATERIALIZED VIEW [IF EXISTS] name, or a bare name';
-COMMENT ON FUNCTION micromegas.mm_drop_view(micromegas.view_set_name, boolean) IS
-  'Drop a view set definition by name';
-COMMENT ON FUNCTION micromegas.list_partitions(text, text) IS
-  'Every partition, optionally of one view set and instance';
-COMMENT ON FUNCTION micromegas.retire_partitions(text, text, timestamptz, timestamptz) IS
-  'Retire every partition of a view instance within [begin, end], whatever its schema';
-COMMENT ON FUNCTION micromegas.retire_partition_by_metadata(text, text, timestamptz, timestamptz, bytea) IS
-  'Retire exactly one partition, named by view set, instance, insert range and schema hash';
-COMMENT ON FUNCTION micromegas.retire_partition_by_file(text) IS
-  'Retire the one partition with this file';
-COMMENT ON FUNCTION micromegas.list_incompatible_partitions(text) IS
-  'Partitions whose schema hash is not their view set''s current one';
-COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
-  'Retire every incompatible partition; one row per view set and instance';
-COMMENT ON FUNCTION micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint, bytea, bytea, bigint, integer, text[], timestamptz) IS
-  'A service writes one partition (an overlap is refused, naming both partitions)';
-COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]) IS
-  'Retire a range of a view instance and write its new partitions, atomically';
-COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
-  'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
-COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
-  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
-COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
-  'Every version of a view: operation, catalog version, who and when';
-COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
-  'A view as it is, or as it was at a version, with its schema';
-COMMENT ON FUNCTION micromegas.mm_restore_view(text, bigint) IS
-  'Put a view back as it was at a version (validated like CREATE OR REPLACE)';
-COMMENT ON FUNCTION micromegas.mm_prune_view_history(interval) IS
-  'Forget versions older than the interval (each view keeps its latest)';
-COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, jsonb) IS
-  'Request a refresh of a view set over a range (NULL bounds: everything); returns the job id';
-COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
-  'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
-COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
-  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
-COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
-  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
-COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
-  'A worker claims the oldest queued job, with a lease and the lease token that proves the claim';
-COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
-  'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
-COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
-  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
-COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, uuid, boolean, text, text, boolean) IS
-  'A worker reports a job''s result under its lease token; any other caller gets 55000 and changes nothing';
-COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
-  'Cancel a queued job, or ask a running one to stop';
-COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
-  'One job';
-COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
-  'Jobs by state and view set, newest first';
-COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
-  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
-COMMENT ON TABLE micromegas.author_check_requirements IS
-  'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
-COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
-  'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
-COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
-  'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
-COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
-  'What mm_create_view(statement) would store, or the error it would raise, without writing';
-COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS
-  'The re-check of the dependents of source (strict or lenient), without writing, over the rows a dry run has written';
-COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
-  'One row written by a read-only dry run, kept in its arrays';
-COMMENT ON FUNCTION micromegas.list_view_set_definitions() IS
-  'Every stored definition, including those that failed to load';
-COMMENT ON FUNCTION micromegas.list_view_sets() IS
-  'Every view set the services should load, with its current schema and hash';
-COMMENT ON FUNCTION micromegas.mm_view_set_snapshot() IS
-  'The catalog version and every loadable definition, in materialization order';
-COMMENT ON FUNCTION micromegas.list_view_dependencies() IS
-  'Which view sets each definition reads, with both update groups';
-COMMENT ON FUNCTION micromegas.mm_materialization_order() IS
-  'The order the maintenance daemon materializes in';
-COMMENT ON FUNCTION micromegas.mm_catalog_violations() IS
-  'Definitions reading a missing view set or out of update_group order (always empty)';
-COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
-  'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
--- </comments>
-
--- <object_comments>
--- What \df+, \d+ and \dT+ show for every other object of the extension
--- (regress 25_comments fails on an object without one; docs/sql-reference.md
--- is generated from them by scripts/sql_reference.sh).
-COMMENT ON FUNCTION micromegas._mm_actor() IS
-  'The actor of a write: micromegas_views.actor when a service passes its user''s name, else session_user';
-COMMENT ON FUNCTION micromegas._mm_apply_privileges() IS
-  'Revokes every privilege on the schema''s objects and grants again what mm_privilege_matrix() declares; refuses an object the matrix does not name';
-COMMENT ON FUNCTION micromegas._mm_apply_removed() IS
-  'Trigger: applies removed_shipped_rows on restore (a shipped row the dump says was removed is deleted again)';
-COMMENT ON FUNCTION micromegas._mm_audience_grants_before_write() IS
-  'Trigger: checks an audience grant (_mm_audience_problem) and fills its creation columns';
-COMMENT ON FUNCTION micromegas._mm_audience_grants_notify() IS
-  'Trigger: bumps access_state.audience_grants_version and notifies micromegas_audience_grants';
-COMMENT ON FUNCTION micromegas._mm_audience_problem(text,text,text) IS
-  'Why an audience grant (audience, axis, selector) is invalid, or NULL; the table''s CHECK and mm_grant_audience use it';
-COMMENT ON FUNCTION micromegas._mm_author_check_level() IS
-  'The author-check level in force for this write: the stricter of micromegas_views.author_checks and every requirement that binds the session';
+-- Every object of the extension has a comment (what \df+, \d+ and \dT+ show;
+-- regress 25_comments fails on one without; docs/sql-reference.md is generated
+-- from them), beside its CREATE. These are the functions written in Rust
+-- (src/pg/), which pgrx creates before this file runs.
 COMMENT ON FUNCTION micromegas._mm_author_checks() IS
   'The session''s micromegas_views.author_checks (off, warn or error)';
-COMMENT ON FUNCTION micromegas._mm_builtins_after_write() IS
-  'Trigger: re-checks the dependents of a built-in view set whose schema or group changed (marking those that no longer validate)';
-COMMENT ON FUNCTION micromegas._mm_builtins_before_delete() IS
-  'Trigger: refuses to delete a built-in view set a definition reads';
-COMMENT ON FUNCTION micromegas._mm_builtins_before_write() IS
-  'Trigger: validates a built-in view set''s schema and fills its stored forms and audit columns';
 COMMENT ON FUNCTION micromegas._mm_caller() IS
   'The role running the statement outside any SECURITY DEFINER function (GetOuterUserId)';
-COMMENT ON FUNCTION micromegas._mm_caller_claims() IS
-  'The caller_email, caller_groups and caller_is_admin claims a service or admin role passes for its end user';
 COMMENT ON FUNCTION micromegas._mm_caller_is_superuser() IS
   'Whether the role running the statement (outside SECURITY DEFINER functions) is a superuser';
-COMMENT ON FUNCTION micromegas._mm_catalog_state_restore() IS
-  'Trigger: on restore, continues the catalog version above the dumped one';
 COMMENT ON FUNCTION micromegas._mm_check_deny_rule(text) IS
   'Checks a deny rule''s expression (columns, operators, size) and raises its problem';
 COMMENT ON FUNCTION micromegas._mm_check_name(text,text) IS
   'Applies the name rule of a use (create, reference or builtin), raising its error';
-COMMENT ON FUNCTION micromegas._mm_check_range(text,timestamp with time zone,timestamp with time zone) IS
-  'Refuses a time range whose begin is not before its end, naming what it ranges';
 COMMENT ON FUNCTION micromegas._mm_creating_extension() IS
   'True only while this extension''s own CREATE or ALTER EXTENSION script runs';
-COMMENT ON FUNCTION micromegas._mm_definitions_after_update() IS
-  'Trigger: re-checks the dependents of a definition whose schema or group moved (strictly), or that loads again (leniently)';
-COMMENT ON FUNCTION micromegas._mm_definitions_before_delete() IS
-  'Trigger: takes the catalog lock and refuses to drop a definition another one reads';
-COMMENT ON FUNCTION micromegas._mm_definitions_before_write() IS
-  'Trigger: parses, validates and derives every column of a definition row (one call into Rust); turns a CREATE OR REPLACE into an update';
-COMMENT ON FUNCTION micromegas._mm_definitions_cancel_jobs() IS
-  'Trigger: cancels the queued and running jobs of a dropped view set';
-COMMENT ON FUNCTION micromegas._mm_definitions_history() IS
-  'Trigger: records every change of a definition in lakehouse_view_set_definition_history';
-COMMENT ON FUNCTION micromegas._mm_definitions_refresh_on_create() IS
-  'Trigger: queues a refresh of everything for a definition created or replaced with with_no_data = false';
-COMMENT ON FUNCTION micromegas._mm_definitions_report_incompatible() IS
-  'Trigger: a NOTICE when a definition''s new schema hash makes some of its partitions incompatible';
-COMMENT ON FUNCTION micromegas._mm_definitions_retire_dropped() IS
-  'Trigger: retires the global partitions of a dropped view set and queues their files';
-COMMENT ON FUNCTION micromegas._mm_deny_list_before_write() IS
-  'Trigger: checks a deny rule and fills its creation columns';
-COMMENT ON FUNCTION micromegas._mm_deny_list_notify() IS
-  'Trigger: bumps access_state.deny_list_version and notifies micromegas_query_deny_list';
 COMMENT ON FUNCTION micromegas._mm_deny_max_rules() IS
   'micromegas_views.query_deny_max_rules';
-COMMENT ON FUNCTION micromegas._mm_drop(text,boolean) IS
-  'Drops a definition by name (the two mm_drop_view forms call it), reporting the retired partitions';
-COMMENT ON FUNCTION micromegas._mm_expire_leases() IS
-  'Requeues (or fails, past job_max_attempts) the running jobs whose lease expired; returns how many';
-COMMENT ON FUNCTION micromegas._mm_file_expiration() IS
-  'When a file queued now may be deleted: now plus micromegas_views.file_retention';
 COMMENT ON FUNCTION micromegas._mm_file_retention_seconds() IS
   'micromegas_views.file_retention in seconds';
 COMMENT ON FUNCTION micromegas._mm_first_denial(text[],text[],text[]) IS
   'The first deny rule (by rule_id) whose expression a query''s attributes satisfy, or NULL';
 COMMENT ON FUNCTION micromegas._mm_format_schema(text) IS
   'A stored base64 Arrow IPC schema, one field per line';
-COMMENT ON FUNCTION micromegas._mm_held_job(uuid,uuid) IS
-  'The running job a lease token holds, locked; 55000 when the lease is lost';
-COMMENT ON FUNCTION micromegas._mm_history_version(text,bigint) IS
-  'One version of a definition from the history; raises when the view never had it';
-COMMENT ON FUNCTION micromegas._mm_incompatible_count(text) IS
-  'How many partitions of a view set do not have its current schema hash';
-COMMENT ON FUNCTION micromegas._mm_installing() IS
-  'True only while this extension''s own script runs (_mm_creating_extension)';
 COMMENT ON FUNCTION micromegas._mm_intent(text) IS
   'The extension''s own write in progress for a view set (replace, recheck, restore, load), or NULL';
 COMMENT ON FUNCTION micromegas._mm_intent_begin(text,text) IS
@@ -769,30 +657,10 @@ COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
   'micromegas_views.job_lease in seconds';
 COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
   'micromegas_views.job_max_attempts';
-COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
-  'Trigger: notifies micromegas_jobs of a job queued or asked to stop, and of one finished when micromegas_views.notify_finished_jobs is on (one payload per row; never for a claim or a heartbeat)';
-COMMENT ON FUNCTION micromegas._mm_keeps_creation(timestamp with time zone,text) IS
-  'Whether a write keeps its given creation columns (a superuser loading a dumped row) or they are computed';
 COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS
   'The SHA-256 of a lease token: only the hash is stored';
-COMMENT ON FUNCTION micromegas._mm_loading(timestamp with time zone) IS
-  'Whether an INSERT is a superuser loading a dumped row (pg_restore): it keeps its audit columns';
-COMMENT ON FUNCTION micromegas._mm_lock_catalog() IS
-  'Takes the catalog lock (the catalog_state row) and returns the catalog version';
-COMMENT ON FUNCTION micromegas._mm_name_taken(text,boolean,boolean) IS
-  'Whether a definition replaces a stored one; refuses a built-in''s name and a plain CREATE of an existing view';
-COMMENT ON FUNCTION micromegas._mm_next_version() IS
-  'Increments the catalog version and returns it';
-COMMENT ON FUNCTION micromegas._mm_notify() IS
-  'Trigger: notifies micromegas_view_definitions of a change, with the catalog version';
 COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
   'micromegas_views.notify_finished_jobs: whether a job that ends is announced on micromegas_jobs';
-COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time zone,timestamp with time zone,bytea) IS
-  'A partition named in messages: view set/instance [begin, end) schema_hash';
-COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_partitions[]) IS
-  'The files of the given deleted partitions that no partition references any more, once each: what the queue trigger queues and a retirement reports';
-COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
-  'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
   'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
 COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
@@ -803,24 +671,6 @@ COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,intege
   'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
   'The same re-check as if the given DDL views had the given schemas, groups and load errors (the read-only dry run)';
-COMMENT ON FUNCTION micromegas._mm_raise_broken_dependent(text,text,text) IS
-  'Raises 2BP01: a change would break a definition that reads the changed one';
-COMMENT ON FUNCTION micromegas._mm_raise_overlap(micromegas.lakehouse_partitions) IS
-  'Raises the overlap of a partition with a stored one, naming both';
-COMMENT ON FUNCTION micromegas._mm_recheck_dependents(text,boolean) IS
-  'Re-checks every definition reading a changed view set: refuses (strict) or marks failed; rewrites those whose schema moved';
-COMMENT ON FUNCTION micromegas._mm_refuse_truncate() IS
-  'Trigger: refuses TRUNCATE of a catalog table (row triggers would not run)';
-COMMENT ON FUNCTION micromegas._mm_remember_removed(text,text) IS
-  'Records that a shipped row was removed, so a restore removes it again';
-COMMENT ON FUNCTION micromegas._mm_report_author_findings(text,jsonb) IS
-  'Raises a definition''s author-check findings at the level in force: WARNINGs (01M0x), an error (42M0x), or nothing';
-COMMENT ON FUNCTION micromegas._mm_report_incompatible(text,bytea) IS
-  'The NOTICE of a view set''s partitions that another schema hash makes incompatible';
-COMMENT ON FUNCTION micromegas._mm_request_job(text,text,timestamp with time zone,timestamp with time zone,jsonb) IS
-  'Queues a job, or returns a queued one with equal parameters whose range covers it; under the catalog lock';
-COMMENT ON FUNCTION micromegas._mm_requirement_binds(text) IS
-  'Whether an author-check requirement binds this session (* or a role its user or current role was granted)';
 COMMENT ON FUNCTION micromegas._mm_schema_forms(text) IS
   'A schema given as JSON or base64 Arrow IPC: its IPC, JSON and hash';
 COMMENT ON FUNCTION micromegas._mm_shipped_builtins() IS
@@ -829,221 +679,10 @@ COMMENT ON FUNCTION micromegas._mm_shipped_log_stats() IS
   'The log_stats statement CREATE EXTENSION ships';
 COMMENT ON FUNCTION micromegas._mm_statement_target(text) IS
   'What a statement names: create (or replace) or drop, the view name, and IF EXISTS';
-COMMENT ON FUNCTION micromegas._mm_time_text(timestamp with time zone) IS
-  'A timestamp as messages show it (RFC 3339, UTC)';
-COMMENT ON FUNCTION micromegas._mm_track_removed() IS
-  'Trigger: remembers a removed shipped row (see _mm_remember_removed)';
-COMMENT ON FUNCTION micromegas._mm_write_kind(text,text) IS
-  'The history operation of a write (create, replace, recheck, restore, drop) from the trigger and the intent';
-COMMENT ON FUNCTION micromegas.deny_queries(text,text) IS
-  'Admin: adds a deny rule (a boolean expression over the query''s attributes) with its reason; returns a log of what it did';
-COMMENT ON FUNCTION micromegas.list_audience_grants() IS
-  'The audience grants the caller may see (a service or admin passes its end user''s claims)';
-COMMENT ON FUNCTION micromegas.list_query_denials() IS
-  'Admin: every deny rule with its reason, creator and last hit';
-COMMENT ON FUNCTION micromegas.mm_access_versions() IS
-  'The deny list''s and the audience grants'' versions (services reload when one moves)';
-COMMENT ON FUNCTION micromegas.mm_audience_grants_snapshot() IS
-  'Service: every audience grant with the grants'' version, in one read';
-COMMENT ON FUNCTION micromegas.mm_grant_audience(text,text,text) IS
-  'Admin: grants an audience on an axis (read or mint) to a selector (user:, group: or *)';
-COMMENT ON FUNCTION micromegas.mm_match_query_denial(text,text,text,text,text,text,text,text,text,text,text,text) IS
-  'Service or admin: the first deny rule a query with these attributes matches, if any';
-COMMENT ON FUNCTION micromegas.mm_match_query_denial_context(jsonb) IS
-  'mm_match_query_denial with the attributes as one JSON object';
-COMMENT ON FUNCTION micromegas.mm_query_deny_list_snapshot() IS
-  'Service: every deny rule with the deny list''s version, in one read';
-COMMENT ON FUNCTION micromegas.mm_record_query_denial_hits(uuid[],timestamp with time zone) IS
-  'Service: records when rules last denied a query (in query_deny_hits, never locking a rule)';
-COMMENT ON FUNCTION micromegas.mm_revoke_audience(text,text,text) IS
-  'Admin: revokes an audience grant';
 COMMENT ON FUNCTION micromegas.mm_sql_hash(text) IS
   'The hash of a query text the deny list''s sql_hash attribute compares with';
-COMMENT ON FUNCTION micromegas.remove_query_denial(text) IS
-  'Admin: removes a deny rule';
-COMMENT ON TABLE micromegas.access_state IS
-  'The versions of the deny list and of the audience grants (one row); services reload when one moves';
-COMMENT ON TABLE micromegas.builtin_view_sets IS
-  'The view sets defined in the services'' code, with the schema a service registered: what definitions may read';
-COMMENT ON TABLE micromegas.catalog_state IS
-  'The catalog version (one row): strictly increases with every committed change to the definitions; its row is the catalog lock';
-COMMENT ON TYPE micromegas.claimed_job IS
-  'A job as mm_claim_job and mm_claim_jobs return it, with its lease token';
-COMMENT ON TYPE micromegas.incompatible_partition IS
-  'A partition whose schema hash is not its view set''s current one (list_incompatible_partitions)';
-COMMENT ON TYPE micromegas.partition_retirement IS
-  'What a retirement did, per view set and instance: partitions retired and failed, bytes queued, messages';
-COMMENT ON TABLE micromegas.removed_shipped_rows IS
-  'Shipped rows an admin removed, so that a restore (which runs CREATE EXTENSION first) removes them again';
-COMMENT ON TYPE micromegas.view_change IS
-  'What a definition change returned: the view, its status, the catalog version, incompatible partitions';
-COMMENT ON VIEW micromegas.view_set_schema_hashes IS
-  'Every view set (built-in and defined) with its current schema hash';
-COMMENT ON TYPE micromegas.view_version IS
-  'One version of a definition as mm_describe_view returns it';
-COMMENT ON COLUMN micromegas.access_state.singleton IS 'Always true: the table has one row';
-COMMENT ON COLUMN micromegas.access_state.deny_list_version IS 'Moves with every change to query_deny_list';
-COMMENT ON COLUMN micromegas.access_state.audience_grants_version IS 'Moves with every change to audience_grants';
-COMMENT ON COLUMN micromegas.audience_grants.audience IS 'The audience granted (the value rows carry in their audience column)';
-COMMENT ON COLUMN micromegas.audience_grants.axis IS 'read (see rows of the audience) or mint (write rows into it)';
-COMMENT ON COLUMN micromegas.audience_grants.selector IS 'Who: user:<email>, group:<name>, or * for everyone';
-COMMENT ON COLUMN micromegas.audience_grants.created_at IS 'When the grant was made';
-COMMENT ON COLUMN micromegas.audience_grants.created_by IS 'The actor who made it';
-COMMENT ON COLUMN micromegas.author_check_requirements.applies_to IS '* for every role of the database, or a role whose members (and itself) it binds';
-COMMENT ON COLUMN micromegas.author_check_requirements.level IS 'The least strict author-check level those sessions may have: warn or error';
-COMMENT ON COLUMN micromegas.author_check_requirements.set_at IS 'When it was last set';
-COMMENT ON COLUMN micromegas.author_check_requirements.set_by IS 'The actor who set it';
-COMMENT ON COLUMN micromegas.builtin_view_sets.view_set_name IS 'The view set''s name (shared with the defined views: one namespace)';
-COMMENT ON COLUMN micromegas.builtin_view_sets.update_group IS 'Its place in the materialization order, or NULL when not materialized globally';
-COMMENT ON COLUMN micromegas.builtin_view_sets.kind IS 'raw (ingested block metadata), materialized, or instance_only (only through view_instance)';
-COMMENT ON COLUMN micromegas.builtin_view_sets.has_view_maker IS 'Whether the service can make per-instance views of it';
-COMMENT ON COLUMN micromegas.builtin_view_sets.global_instance_available IS 'Whether a global instance exists (definitions may read it)';
-COMMENT ON COLUMN micromegas.builtin_view_sets.schema_ipc IS 'Its Arrow schema, base64 IPC';
-COMMENT ON COLUMN micromegas.builtin_view_sets.schema_json IS 'The same schema as JSON';
-COMMENT ON COLUMN micromegas.builtin_view_sets.schema_hash IS 'The portable schema hash (8 bytes)';
-COMMENT ON COLUMN micromegas.builtin_view_sets.registered_at IS 'When a service last registered it';
-COMMENT ON COLUMN micromegas.builtin_view_sets.registered_by IS 'Who registered it';
-COMMENT ON COLUMN micromegas.builtin_view_sets.shipped IS 'True while the row is exactly as CREATE EXTENSION shipped it (not dumped)';
-COMMENT ON COLUMN micromegas.catalog_state.singleton IS 'Always true: the table has one row';
-COMMENT ON COLUMN micromegas.catalog_state.version IS 'The catalog version';
-COMMENT ON COLUMN micromegas.claimed_job.job_id IS 'The job';
-COMMENT ON COLUMN micromegas.claimed_job.kind IS 'refresh, regenerate or materialize';
-COMMENT ON COLUMN micromegas.claimed_job.view_set_name IS 'The view set it works on';
-COMMENT ON COLUMN micromegas.claimed_job.begin_time IS 'Start of the range, or NULL for everything';
-COMMENT ON COLUMN micromegas.claimed_job.end_time IS 'End of the range, or NULL';
-COMMENT ON COLUMN micromegas.claimed_job.params IS 'The request''s parameters (never credentials)';
-COMMENT ON COLUMN micromegas.claimed_job.attempts IS 'Claims so far, this one included';
-COMMENT ON COLUMN micromegas.claimed_job.worker IS 'The worker that claimed it';
-COMMENT ON COLUMN micromegas.claimed_job.lease_expires_at IS 'When the lease lapses without a heartbeat';
-COMMENT ON COLUMN micromegas.claimed_job.lease_token IS 'Proves this claim to mm_heartbeat_job and mm_finish_job; only its hash is stored';
-COMMENT ON COLUMN micromegas.incompatible_partition.view_set_name IS 'The view set';
-COMMENT ON COLUMN micromegas.incompatible_partition.view_instance_id IS 'The instance';
-COMMENT ON COLUMN micromegas.incompatible_partition.begin_insert_time IS 'Start of the partition''s insert range';
-COMMENT ON COLUMN micromegas.incompatible_partition.end_insert_time IS 'End of it';
-COMMENT ON COLUMN micromegas.incompatible_partition.incompatible_schema_hash IS 'The hash the partition was written with';
-COMMENT ON COLUMN micromegas.incompatible_partition.current_schema_hash IS 'The view set''s current hash';
-COMMENT ON COLUMN micromegas.incompatible_partition.file_path IS 'The partition''s file';
-COMMENT ON COLUMN micromegas.incompatible_partition.file_size IS 'Its size in bytes';
-COMMENT ON COLUMN micromegas.jobs.job_id IS 'The job';
-COMMENT ON COLUMN micromegas.jobs.kind IS 'refresh, regenerate or materialize';
-COMMENT ON COLUMN micromegas.jobs.view_set_name IS 'The view set it works on';
-COMMENT ON COLUMN micromegas.jobs.begin_time IS 'Start of the range, or NULL for everything';
-COMMENT ON COLUMN micromegas.jobs.end_time IS 'End of the range, or NULL';
-COMMENT ON COLUMN micromegas.jobs.params IS 'The request''s parameters (never credentials: readers see this table)';
-COMMENT ON COLUMN micromegas.jobs.state IS 'queued, running, done, failed or cancelled';
-COMMENT ON COLUMN micromegas.jobs.cancel_requested IS 'An admin asked a running job to stop';
-COMMENT ON COLUMN micromegas.jobs.created_at IS 'When it was requested';
-COMMENT ON COLUMN micromegas.jobs.created_by IS 'The actor who requested it';
-COMMENT ON COLUMN micromegas.jobs.created_by_role IS 'The Postgres role that requested it';
-COMMENT ON COLUMN micromegas.jobs.started_at IS 'When it was last claimed';
-COMMENT ON COLUMN micromegas.jobs.finished_at IS 'When it ended';
-COMMENT ON COLUMN micromegas.jobs.worker IS 'The worker holding it';
-COMMENT ON COLUMN micromegas.jobs.lease_expires_at IS 'When its lease lapses without a heartbeat';
-COMMENT ON COLUMN micromegas.jobs.attempts IS 'How many times it was claimed';
-COMMENT ON COLUMN micromegas.jobs.failure_phase IS 'Where it failed';
-COMMENT ON COLUMN micromegas.jobs.failure_message IS 'Why it failed';
-COMMENT ON COLUMN micromegas.jobs.failure_retryable IS 'Whether the worker said a retry may succeed';
-COMMENT ON COLUMN micromegas.jobs.lease_token_hash IS 'SHA-256 of the current lease token';
-COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.view_set_name IS 'The view set';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.view_instance_id IS 'The instance (global for the view set as a whole)';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.begin_insert_time IS 'Start of the insert range it covers';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.end_insert_time IS 'End of it (exclusive)';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.min_event_time IS 'Its earliest event time';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.max_event_time IS 'Its latest event time';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.updated IS 'When it was written';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.file_path IS 'Its file in object storage, or NULL for an empty partition';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.file_size IS 'The file''s size in bytes';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.file_schema_hash IS 'The schema hash it was written with';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.source_data_hash IS 'The source count it was materialized from';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.num_rows IS 'Its rows';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.partition_format_version IS 'The file format''s version';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.sort_order IS 'The columns its rows are sorted by';
-COMMENT ON COLUMN micromegas.lakehouse_partitions.max_sort_key_time IS 'The latest time of its sort key';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.view_set_name IS 'The view';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.version IS 'The catalog version of the change';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.operation IS 'install, upgrade, create, replace, recheck, drop or restore';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.definition_sql IS 'The statement';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.extract_query IS 'Its extract query';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.count_src_query IS 'Its count query';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.merge_partitions_query IS 'Its merge query';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.update_group IS 'Its update group';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.view_options IS 'Its other options (JSON)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.schema_ipc IS 'Its schema (base64 Arrow IPC)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.schema_hash IS 'Its schema hash';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.load_status IS 'ok or failed';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.load_error IS 'Why it failed to load';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.updated_by IS 'The actor';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.updated_by_role IS 'The Postgres role';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.changed_at IS 'When';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.view_set_name IS 'The view''s name';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.definition_sql IS 'The statement as written (or rendered from the columns)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.extract_query IS 'The query materializing a partition from its source';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.count_src_query IS 'The query counting the source rows of a range (staleness)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.merge_partitions_query IS 'The query merging partitions ({source})';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.update_group IS 'Its place in the materialization order';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.view_options IS 'Its other options (time columns, deltas, sort order, with_no_data, auto_refresh), JSON';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_ipc IS 'The inferred schema (base64 Arrow IPC)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_json IS 'The same schema as JSON';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_hash IS 'The portable schema hash (8 bytes)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.reads IS 'The view sets its queries read';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.created_at IS 'When it was created';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_at IS 'When it last changed';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_by IS 'The actor of the last change (micromegas_views.actor or the role)';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.load_status IS 'ok, or failed when it no longer validates';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.load_error IS 'Why it failed to load';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.shipped IS 'True while the row is exactly as CREATE EXTENSION shipped it';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_by_role IS 'The Postgres role (session_user) of the last change';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.warnings IS 'The author checks'' findings: [{check, sqlstate, message, hint}]';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
-  'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
-COMMENT ON COLUMN micromegas.partition_retirement.view_set_name IS 'The view set';
-COMMENT ON COLUMN micromegas.partition_retirement.view_instance_id IS 'The instance';
-COMMENT ON COLUMN micromegas.partition_retirement.partitions_retired IS 'Partitions retired';
-COMMENT ON COLUMN micromegas.partition_retirement.partitions_failed IS 'Partitions that could not be';
-COMMENT ON COLUMN micromegas.partition_retirement.storage_freed_bytes IS 'Bytes of files queued for deletion';
-COMMENT ON COLUMN micromegas.partition_retirement.retirement_messages IS 'What happened';
-COMMENT ON COLUMN micromegas.query_deny_hits.rule_id IS 'The rule';
-COMMENT ON COLUMN micromegas.query_deny_hits.last_hit_at IS 'When it last denied a query';
-COMMENT ON COLUMN micromegas.query_deny_list.rule_id IS 'The rule';
-COMMENT ON COLUMN micromegas.query_deny_list.created_at IS 'When it was added';
-COMMENT ON COLUMN micromegas.query_deny_list.created_by IS 'The actor who added it';
-COMMENT ON COLUMN micromegas.query_deny_list.reason IS 'Why queries are denied (shown to the caller)';
-COMMENT ON COLUMN micromegas.query_deny_list.match_expr IS 'The boolean expression over the query''s attributes';
-COMMENT ON COLUMN micromegas.removed_shipped_rows.table_name IS 'builtin_view_sets or lakehouse_view_set_definitions';
-COMMENT ON COLUMN micromegas.removed_shipped_rows.view_set_name IS 'The removed row''s name';
-COMMENT ON COLUMN micromegas.temporary_files.file_path IS 'A file no partition references';
-COMMENT ON COLUMN micromegas.temporary_files.file_size IS 'Its size in bytes';
-COMMENT ON COLUMN micromegas.temporary_files.expiration IS 'When the daemon may delete it (mm_expired_files)';
-COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
-COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
-COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
-COMMENT ON COLUMN micromegas.view_change.view_set_name IS 'The view';
-COMMENT ON COLUMN micromegas.view_change.status IS 'What happened';
-COMMENT ON COLUMN micromegas.view_change.version IS 'The catalog version';
-COMMENT ON COLUMN micromegas.view_change.incompatible_partitions IS 'Its partitions the new schema hash makes incompatible';
-COMMENT ON COLUMN micromegas.view_set_schema_hashes.view_set_name IS 'The view set';
-COMMENT ON COLUMN micromegas.view_set_schema_hashes.schema_hash IS 'Its current schema hash';
-COMMENT ON COLUMN micromegas.view_version.view_set_name IS 'The view';
-COMMENT ON COLUMN micromegas.view_version.version IS 'The catalog version of the change';
-COMMENT ON COLUMN micromegas.view_version.operation IS 'create, replace, recheck, restore, drop, …';
-COMMENT ON COLUMN micromegas.view_version.current IS 'Whether it is the definition stored now';
-COMMENT ON COLUMN micromegas.view_version.definition_sql IS 'The statement';
-COMMENT ON COLUMN micromegas.view_version.update_group IS 'Its update group';
-COMMENT ON COLUMN micromegas.view_version.schema IS 'Its schema, one field per line';
-COMMENT ON COLUMN micromegas.view_version.schema_hash IS 'Its schema hash';
-COMMENT ON COLUMN micromegas.view_version.load_status IS 'ok or failed';
-COMMENT ON COLUMN micromegas.view_version.load_error IS 'Why it failed to load';
-COMMENT ON COLUMN micromegas.view_version.updated_by IS 'The actor';
-COMMENT ON COLUMN micromegas.view_version.changed_at IS 'When';
-COMMENT ON ROLE micromegas_reader IS
-  'micromegas_views: reads the catalog (definitions, order, partitions, history, jobs); for dashboards and replicas';
-COMMENT ON ROLE micromegas_service IS
-  'micromegas_views: the services (writes partitions, runs jobs, loads the deny list and grants); a member of micromegas_reader';
-COMMENT ON ROLE micromegas_admin IS
-  'micromegas_views: defines view sets, retires partitions, manages the deny list and grants; a member of micromegas_reader';
-COMMENT ON DOMAIN micromegas.view_set_name IS 'A view set name as a function argument: text, never truncated like name';
--- </object_comments>
+-- </comments>
+
 
 -- Last: every privilege, from the matrix (sql/privileges.sql).
 SELECT micromegas._mm_apply_privileges();

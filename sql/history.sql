@@ -26,6 +26,22 @@ CREATE TABLE micromegas.lakehouse_view_set_definition_history (
   updated_by_role text,
   changed_at timestamptz NOT NULL
 );
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.view_set_name IS 'The view';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.version IS 'The catalog version of the change';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.operation IS 'install, upgrade, create, replace, recheck, drop or restore';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.definition_sql IS 'The statement';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.extract_query IS 'Its extract query';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.count_src_query IS 'Its count query';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.merge_partitions_query IS 'Its merge query';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.update_group IS 'Its update group';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.view_options IS 'Its other options (JSON)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.schema_ipc IS 'Its schema (base64 Arrow IPC)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.schema_hash IS 'Its schema hash';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.load_status IS 'ok or failed';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.load_error IS 'Why it failed to load';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.updated_by IS 'The actor';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.updated_by_role IS 'The Postgres role';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definition_history.changed_at IS 'When';
 CREATE INDEX lakehouse_view_set_definition_history_name
   ON micromegas.lakehouse_view_set_definition_history (view_set_name, version);
 CREATE INDEX lakehouse_view_set_definition_history_changed
@@ -51,6 +67,8 @@ BEGIN
                   CASE WHEN tg_op = 'INSERT' THEN 'create' ELSE 'replace' END);
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_write_kind(text,text) IS
+  'The history operation of a write (create, replace, recheck, restore, drop) from the trigger and the intent';
 
 -- AFTER each row change. Named to fire first among the table's AFTER
 -- triggers (Postgres fires them by name), before a re-check of dependents
@@ -82,6 +100,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_history() IS
+  'Trigger: records every change of a definition in lakehouse_view_set_definition_history';
 CREATE TRIGGER definitions_0_history
   AFTER INSERT OR UPDATE OR DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_history();
@@ -100,6 +120,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    WHERE h.view_set_name = $1
    ORDER BY h.version, h.changed_at
 $$;
+COMMENT ON FUNCTION micromegas.mm_view_history(text) IS
+  'Every version of a view: operation, catalog version, who and when';
 
 -- The history row of a view at a version (the latest, should a restore
 -- have recorded one twice), or P0002.
@@ -119,6 +141,8 @@ BEGIN
   RETURN h;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_history_version(text,bigint) IS
+  'One version of a definition from the history; raises when the view never had it';
 
 -- A view as it is (version NULL) or as it was at a version of its history.
 -- Row types, so that the arguments keep their names (name, version).
@@ -126,8 +150,28 @@ CREATE TYPE micromegas.view_version AS (
   view_set_name text, version bigint, operation text, current boolean, definition_sql text,
   update_group integer, schema text, schema_hash bytea, load_status text, load_error text,
   updated_by text, changed_at timestamptz);
+COMMENT ON TYPE micromegas.view_version IS
+  'One version of a definition as mm_describe_view returns it';
+COMMENT ON COLUMN micromegas.view_version.view_set_name IS 'The view';
+COMMENT ON COLUMN micromegas.view_version.version IS 'The catalog version of the change';
+COMMENT ON COLUMN micromegas.view_version.operation IS 'create, replace, recheck, restore, drop, …';
+COMMENT ON COLUMN micromegas.view_version.current IS 'Whether it is the definition stored now';
+COMMENT ON COLUMN micromegas.view_version.definition_sql IS 'The statement';
+COMMENT ON COLUMN micromegas.view_version.update_group IS 'Its update group';
+COMMENT ON COLUMN micromegas.view_version.schema IS 'Its schema, one field per line';
+COMMENT ON COLUMN micromegas.view_version.schema_hash IS 'Its schema hash';
+COMMENT ON COLUMN micromegas.view_version.load_status IS 'ok or failed';
+COMMENT ON COLUMN micromegas.view_version.load_error IS 'Why it failed to load';
+COMMENT ON COLUMN micromegas.view_version.updated_by IS 'The actor';
+COMMENT ON COLUMN micromegas.view_version.changed_at IS 'When';
 CREATE TYPE micromegas.view_change AS (
   view_set_name text, status text, version bigint, incompatible_partitions bigint);
+COMMENT ON TYPE micromegas.view_change IS
+  'What a definition change returned: the view, its status, the catalog version, incompatible partitions';
+COMMENT ON COLUMN micromegas.view_change.view_set_name IS 'The view';
+COMMENT ON COLUMN micromegas.view_change.status IS 'What happened';
+COMMENT ON COLUMN micromegas.view_change.version IS 'The catalog version';
+COMMENT ON COLUMN micromegas.view_change.incompatible_partitions IS 'Its partitions the new schema hash makes incompatible';
 CREATE FUNCTION micromegas.mm_describe_view(name text, version bigint DEFAULT NULL)
 RETURNS SETOF micromegas.view_version
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -161,6 +205,8 @@ BEGIN
                       h.load_status, h.load_error, h.updated_by, h.changed_at;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_describe_view(text, bigint) IS
+  'A view as it is, or as it was at a version, with its schema';
 
 -- Puts a view back as it was at a version: written like a CREATE OR
 -- REPLACE (or a CREATE, when the view was dropped), so validated, its
@@ -201,6 +247,8 @@ BEGIN
                       micromegas._mm_incompatible_count(h.view_set_name);
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_restore_view(text, bigint) IS
+  'Put a view back as it was at a version (validated like CREATE OR REPLACE)';
 
 -- Forgets versions older than the interval, except each view's latest.
 CREATE FUNCTION micromegas.mm_prune_view_history(older_than interval)
@@ -223,3 +271,5 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_prune_view_history(interval) IS
+  'Forget versions older than the interval (each view keeps its latest)';

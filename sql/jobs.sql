@@ -53,6 +53,27 @@ CREATE TABLE micromegas.jobs (
                                AND (state = 'running') = (lease_token_hash IS NOT NULL)
                                AND (state <> 'running' OR worker IS NOT NULL))
 );
+COMMENT ON COLUMN micromegas.jobs.job_id IS 'The job';
+COMMENT ON COLUMN micromegas.jobs.kind IS 'refresh, regenerate or materialize';
+COMMENT ON COLUMN micromegas.jobs.view_set_name IS 'The view set it works on';
+COMMENT ON COLUMN micromegas.jobs.begin_time IS 'Start of the range, or NULL for everything';
+COMMENT ON COLUMN micromegas.jobs.end_time IS 'End of the range, or NULL';
+COMMENT ON COLUMN micromegas.jobs.params IS 'The request''s parameters (never credentials: readers see this table)';
+COMMENT ON COLUMN micromegas.jobs.state IS 'queued, running, done, failed or cancelled';
+COMMENT ON COLUMN micromegas.jobs.cancel_requested IS 'An admin asked a running job to stop';
+COMMENT ON COLUMN micromegas.jobs.created_at IS 'When it was requested';
+COMMENT ON COLUMN micromegas.jobs.created_by IS 'The actor who requested it';
+COMMENT ON COLUMN micromegas.jobs.created_by_role IS 'The Postgres role that requested it';
+COMMENT ON COLUMN micromegas.jobs.started_at IS 'When it was last claimed';
+COMMENT ON COLUMN micromegas.jobs.finished_at IS 'When it ended';
+COMMENT ON COLUMN micromegas.jobs.worker IS 'The worker holding it';
+COMMENT ON COLUMN micromegas.jobs.lease_expires_at IS 'When its lease lapses without a heartbeat';
+COMMENT ON COLUMN micromegas.jobs.attempts IS 'How many times it was claimed';
+COMMENT ON COLUMN micromegas.jobs.failure_phase IS 'Where it failed';
+COMMENT ON COLUMN micromegas.jobs.failure_message IS 'Why it failed';
+COMMENT ON COLUMN micromegas.jobs.failure_retryable IS 'Whether the worker said a retry may succeed';
+COMMENT ON COLUMN micromegas.jobs.lease_token_hash IS 'SHA-256 of the current lease token';
+COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
 CREATE INDEX jobs_queued ON micromegas.jobs (created_at) WHERE state = 'queued';
 CREATE INDEX jobs_running ON micromegas.jobs (lease_expires_at) WHERE state = 'running';
 CREATE INDEX jobs_view ON micromegas.jobs (view_set_name, state);
@@ -79,6 +100,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
+  'Trigger: notifies micromegas_jobs of a job queued or asked to stop, and of one finished when micromegas_views.notify_finished_jobs is on (one payload per row; never for a claim or a heartbeat)';
 -- <jobs_notify_triggers>
 CREATE TRIGGER jobs_notify
   AFTER INSERT ON micromegas.jobs
@@ -150,6 +173,8 @@ BEGIN
   existing := false;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_request_job(text,text,timestamp with time zone,timestamp with time zone,jsonb) IS
+  'Queues a job, or returns a queued one with equal parameters whose range covers it; under the catalog lock';
 
 -- A refresh of a view set over a range (NULL bounds: everything).
 CREATE FUNCTION micromegas.mm_refresh_view(
@@ -159,6 +184,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT micromegas._mm_require_writable('mm_refresh_view');
   SELECT r.job_id FROM micromegas._mm_request_job('refresh', $1, $2, $3, $4) r
 $$;
+COMMENT ON FUNCTION micromegas.mm_refresh_view(text, timestamptz, timestamptz, jsonb) IS
+  'Request a refresh of a view set over a range (NULL bounds: everything); returns the job id';
 
 -- [begin, end) in buckets of partition_delta_seconds, checked by
 -- mm_plan_regeneration's rules, one queued job of `kind` per bucket (an
@@ -188,6 +215,8 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
+  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 
 -- micromegas' regenerate_partitions: [begin, end) in buckets of
 -- partition_delta_seconds, every bucket written from the source, fresh or
@@ -202,6 +231,8 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('regenerate', 'regenerate_partitions', $1, $2, $3, $4);
 END
 $$;
+COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
 
 -- micromegas' materialize_partitions, by its name: the same buckets and
 -- privileges as regenerate_partitions, but each is materialized only where
@@ -216,6 +247,8 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('materialize', 'materialize_partitions', $1, $2, $3, $4);
 END
 $$;
+COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
 
 -- Leases that ran out: back to the queue, or failed after
 -- micromegas_views.job_max_attempts claims; a job whose cancellation was
@@ -243,6 +276,8 @@ BEGIN
   RETURN n;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_expire_leases() IS
+  'Requeues (or fails, past job_max_attempts) the running jobs whose lease expired; returns how many';
 
 -- <claim>
 -- What a claim returns: the job, and the lease token that proves the claim
@@ -250,6 +285,18 @@ $$;
 CREATE TYPE micromegas.claimed_job AS (
   job_id uuid, kind text, view_set_name text, begin_time timestamptz, end_time timestamptz, params jsonb,
   attempts integer, worker text, lease_expires_at timestamptz, lease_token uuid);
+COMMENT ON TYPE micromegas.claimed_job IS
+  'A job as mm_claim_job and mm_claim_jobs return it, with its lease token';
+COMMENT ON COLUMN micromegas.claimed_job.job_id IS 'The job';
+COMMENT ON COLUMN micromegas.claimed_job.kind IS 'refresh, regenerate or materialize';
+COMMENT ON COLUMN micromegas.claimed_job.view_set_name IS 'The view set it works on';
+COMMENT ON COLUMN micromegas.claimed_job.begin_time IS 'Start of the range, or NULL for everything';
+COMMENT ON COLUMN micromegas.claimed_job.end_time IS 'End of the range, or NULL';
+COMMENT ON COLUMN micromegas.claimed_job.params IS 'The request''s parameters (never credentials)';
+COMMENT ON COLUMN micromegas.claimed_job.attempts IS 'Claims so far, this one included';
+COMMENT ON COLUMN micromegas.claimed_job.worker IS 'The worker that claimed it';
+COMMENT ON COLUMN micromegas.claimed_job.lease_expires_at IS 'When the lease lapses without a heartbeat';
+COMMENT ON COLUMN micromegas.claimed_job.lease_token IS 'Proves this claim to mm_heartbeat_job and mm_finish_job; only its hash is stored';
 
 -- The stored form of a lease token, micromegas._mm_lease_hash(uuid), is a
 -- Rust function (src/pg/jobs.rs): sha256(uuid_send(token)).
@@ -305,6 +352,8 @@ BEGIN
               j.lease_expires_at, p.token;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
+  'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
 
 -- One job at a time: mm_claim_jobs(worker, 1, kinds).
 CREATE FUNCTION micromegas.mm_claim_job(worker text, kinds text[] DEFAULT NULL)
@@ -313,6 +362,8 @@ LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT micromegas._mm_require_writable('mm_claim_job');
   SELECT * FROM micromegas.mm_claim_jobs($1, 1, $2)
 $$;
+COMMENT ON FUNCTION micromegas.mm_claim_job(text, text[]) IS
+  'A worker claims the oldest queued job, with a lease and the lease token that proves the claim';
 
 -- The row of a job held by this lease, locked; otherwise 55000 saying why.
 -- The worker's name proves nothing: two workers may share one, and anyone
@@ -342,6 +393,8 @@ BEGIN
   RETURN j;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_held_job(uuid,uuid) IS
+  'The running job a lease token holds, locked; 55000 when the lease is lost';
 
 -- The worker is alive: extends the lease. Returns 'running', or
 -- 'cancel_requested' when the worker should stop (and finish the job).
@@ -380,6 +433,8 @@ BEGIN
   RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
+  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
 
 -- The worker's result. Returns the job's new state: done; failed (or queued
 -- again when retryable and claims remain); cancelled when that was requested.
@@ -427,6 +482,8 @@ BEGIN
   RAISE EXCEPTION 'job % is not held by this lease', $1 USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_finish_job(uuid, uuid, boolean, text, text, boolean) IS
+  'A worker reports a job''s result under its lease token; any other caller gets 55000 and changes nothing';
 
 -- </claim>
 
@@ -457,6 +514,8 @@ BEGIN
     USING ERRCODE = 'object_not_in_prerequisite_state';
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_cancel_job(uuid) IS
+  'Cancel a queued job, or ask a running one to stop';
 
 -- One job, or jobs by state and view set, newest first.
 CREATE FUNCTION micromegas.mm_job(job_id uuid) RETURNS SETOF micromegas.jobs
@@ -471,6 +530,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_job(uuid) IS
+  'One job';
 
 CREATE FUNCTION micromegas.list_jobs(state text DEFAULT NULL, view_set_name text DEFAULT NULL)
 RETURNS SETOF micromegas.jobs
@@ -479,6 +540,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
    WHERE ($1 IS NULL OR x.state = $1) AND ($2 IS NULL OR x.view_set_name = $2)
    ORDER BY x.created_at DESC
 $$;
+COMMENT ON FUNCTION micromegas.list_jobs(text, text) IS
+  'Jobs by state and view set, newest first';
 
 -- Dropping a view cancels its queued jobs and asks its running ones to stop.
 CREATE FUNCTION micromegas._mm_definitions_cancel_jobs() RETURNS trigger
@@ -495,6 +558,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_cancel_jobs() IS
+  'Trigger: cancels the queued and running jobs of a dropped view set';
 CREATE TRIGGER definitions_cancel_jobs
   AFTER DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_cancel_jobs();
@@ -516,6 +581,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_refresh_on_create() IS
+  'Trigger: queues a refresh of everything for a definition created or replaced with with_no_data = false';
 CREATE TRIGGER definitions_refresh_on_create
   AFTER INSERT OR UPDATE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW WHEN (NEW.view_options->>'with_no_data' = 'false')

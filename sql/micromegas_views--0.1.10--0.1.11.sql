@@ -26,7 +26,7 @@
 --   validation no longer holds other writers. The re-check of the
 --   definitions that read a replaced view, or a re-registered built-in
 --   (_mm_plan_builtin_ahead, new), is planned ahead of the lock too, and
---   so are a direct UPDATE of a definition and mm_restore_view.
+--   so is mm_restore_view.
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
@@ -228,13 +228,11 @@ BEGIN
       -- Only the columns changed: the stored text is re-rendered from them.
       statement_sql := NULL;
     END IF;
-    IF intent IS NULL AND NEW.view_set_name IS NOT DISTINCT FROM OLD.view_set_name THEN
-      -- A direct UPDATE (the extension's own writes are planned by the
-      -- write that makes them): planned before the lock as an INSERT is,
-      -- with the row _mm_prepare_definition will be given below.
-      PERFORM micromegas._mm_plan_ahead(NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query,
-                                        NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
-    END IF;
+    -- An UPDATE takes the catalog lock first and plans under it: Postgres
+    -- has locked the row already, and a writer holding the catalog lock
+    -- that needs this row (a drop, a re-check's rewrite) would wait for the
+    -- planning and then deadlock with it. (mm_create_view, mm_restore_view
+    -- and the INSERT above plan before any lock.)
     PERFORM micromegas._mm_next_version();
     keep_given := coalesce(intent IN ('recheck', 'load'), false);
     -- Rows stay "as shipped" only through the extension's own scripts.

@@ -49,6 +49,21 @@ CREATE TABLE micromegas.lakehouse_partitions (
     view_set_name WITH =, view_instance_id WITH =, file_schema_hash WITH =,
     tstzrange(begin_insert_time, end_insert_time) WITH &&)
 );
+COMMENT ON COLUMN micromegas.lakehouse_partitions.view_set_name IS 'The view set';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.view_instance_id IS 'The instance (global for the view set as a whole)';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.begin_insert_time IS 'Start of the insert range it covers';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.end_insert_time IS 'End of it (exclusive)';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.min_event_time IS 'Its earliest event time';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.max_event_time IS 'Its latest event time';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.updated IS 'When it was written';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.file_path IS 'Its file in object storage, or NULL for an empty partition';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.file_size IS 'The file''s size in bytes';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.file_schema_hash IS 'The schema hash it was written with';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.source_data_hash IS 'The source count it was materialized from';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.num_rows IS 'Its rows';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.partition_format_version IS 'The file format''s version';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.sort_order IS 'The columns its rows are sorted by';
+COMMENT ON COLUMN micromegas.lakehouse_partitions.max_sort_key_time IS 'The latest time of its sort key';
 CREATE INDEX lakehouse_partitions_begin_insert_time
   ON micromegas.lakehouse_partitions (view_set_name, view_instance_id, begin_insert_time);
 CREATE INDEX lakehouse_partitions_end_insert_time
@@ -67,6 +82,9 @@ CREATE TABLE micromegas.temporary_files (
   file_size bigint NOT NULL,
   expiration timestamptz NOT NULL
 );
+COMMENT ON COLUMN micromegas.temporary_files.file_path IS 'A file no partition references';
+COMMENT ON COLUMN micromegas.temporary_files.file_size IS 'Its size in bytes';
+COMMENT ON COLUMN micromegas.temporary_files.expiration IS 'When the daemon may delete it (mm_expired_files)';
 CREATE INDEX temporary_files_expiration ON micromegas.temporary_files (expiration);
 CREATE INDEX temporary_files_file_path ON micromegas.temporary_files (file_path);
 COMMENT ON TABLE micromegas.temporary_files IS
@@ -79,6 +97,8 @@ BEGIN
   RETURN now() + make_interval(secs => micromegas._mm_file_retention_seconds());
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_file_expiration() IS
+  'When a file queued now may be deleted: now plus micromegas_views.file_retention';
 
 -- <file queue>
 -- Who is working on a file path, and which files were handed out for
@@ -105,6 +125,9 @@ CREATE TABLE micromegas.file_claims (
   -- trigger yet).
   handed_out_horizon xid8
 );
+COMMENT ON COLUMN micromegas.file_claims.file_path IS 'A file path being written or retired, or handed out for deletion';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_at IS 'When mm_expired_files handed the file out (NULL: a statement''s own row, gone when it ends)';
+COMMENT ON COLUMN micromegas.file_claims.handed_out_horizon IS 'Set past the retention: the record goes once every transaction below this id has ended';
 COMMENT ON TABLE micromegas.file_claims IS
   'File paths being written or retired (rows deleted by their own transaction) and files handed out for deletion';
 
@@ -120,6 +143,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
      AND NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = g.file_path)
    ORDER BY g.file_path, g.file_size DESC NULLS LAST
 $$;
+COMMENT ON FUNCTION micromegas._mm_unreferenced_files(micromegas.lakehouse_partitions[]) IS
+  'The files of the given deleted partitions that no partition references any more, once each: what the queue trigger queues and a retirement reports';
 
 -- The file queue follows what the partitions reference, whatever wrote
 -- them: a file a statement took out of use (the file of a deleted
@@ -184,6 +209,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_partitions_queue_files() IS
+  'Trigger: takes the paths a statement touches in turn, queues the files no partition references any more, takes a file out of the queue when one does again, refuses a file handed out for deletion';
 CREATE TRIGGER partitions_queue_files
   AFTER DELETE ON micromegas.lakehouse_partitions
   REFERENCING OLD TABLE AS gone
@@ -210,6 +237,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
               ELSE regexp_replace(to_char(t AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'), '\.?0+$', '') || 'Z'
                    || CASE WHEN t AT TIME ZONE 'UTC' < '0001-01-01 00:00'::timestamp THEN ' BC' ELSE '' END END
 $$;
+COMMENT ON FUNCTION micromegas._mm_time_text(timestamp with time zone) IS
+  'A timestamp as messages show it (RFC 3339, UTC)';
 
 CREATE FUNCTION micromegas._mm_partition_label(
   view_set_name text, view_instance_id text, begin_insert_time timestamptz,
@@ -218,6 +247,8 @@ LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
   SELECT format('%s/%s [%s, %s) schema_hash=%s', $1, $2, micromegas._mm_time_text($3),
                 micromegas._mm_time_text($4), coalesce(encode($5, 'hex'), 'NULL'))
 $$;
+COMMENT ON FUNCTION micromegas._mm_partition_label(text,text,timestamp with time zone,timestamp with time zone,bytea) IS
+  'A partition named in messages: view set/instance [begin, end) schema_hash';
 
 -- Arguments every partition function refuses: NULLs and a reversed range.
 CREATE FUNCTION micromegas._mm_check_range(what text, range_begin timestamptz, range_end timestamptz)
@@ -236,6 +267,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_check_range(text,timestamp with time zone,timestamp with time zone) IS
+  'Refuses a time range whose begin is not before its end, naming what it ranges';
 
 -- The readable form of an exclusion violation: raises naming the partition
 -- being written and the one it overlaps, if there is one (SQLSTATE 23P01
@@ -266,6 +299,8 @@ BEGIN
                  'mm_replace_partitions; if another writer committed it just now, check list_partitions() and retry.';
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_raise_overlap(micromegas.lakehouse_partitions) IS
+  'Raises the overlap of a partition with a stored one, naming both';
 
 -- micromegas' list_partitions: every partition, optionally of one view set and instance.
 CREATE FUNCTION micromegas.list_partitions(view_set_name text DEFAULT NULL, view_instance_id text DEFAULT NULL)
@@ -289,6 +324,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas.list_partitions(text, text) IS
+  'Every partition, optionally of one view set and instance';
 
 -- micromegas' retire_partitions: retires every partition of one view instance lying within
 -- [begin, end] (both inclusive), whatever its schema. One row per action.
@@ -330,6 +367,8 @@ BEGIN
     (SELECT coalesce(sum(u.file_size), 0) FROM micromegas._mm_unreferenced_files(gone_rows) u));
 END
 $$;
+COMMENT ON FUNCTION micromegas.retire_partitions(text, text, timestamptz, timestamptz) IS
+  'Retire every partition of a view instance within [begin, end], whatever its schema';
 
 -- micromegas' retire_partition_by_metadata: retires exactly one partition, named by its natural key and
 -- schema hash (empty partitions too). Not found or ambiguous: an error, and
@@ -362,6 +401,8 @@ BEGIN
   RETURN 'SUCCESS: Retired partition ' || label;
 END
 $$;
+COMMENT ON FUNCTION micromegas.retire_partition_by_metadata(text, text, timestamptz, timestamptz, bytea) IS
+  'Retire exactly one partition, named by view set, instance, insert range and schema hash';
 
 -- micromegas' retire_partition_by_file: retires the one partition with this file.
 CREATE FUNCTION micromegas.retire_partition_by_file(file_path text)
@@ -386,6 +427,8 @@ BEGIN
   RETURN 'SUCCESS: Retired partition ' || $1;
 END
 $$;
+COMMENT ON FUNCTION micromegas.retire_partition_by_file(text) IS
+  'Retire the one partition with this file';
 
 -- The daemon's claim of expired files: returns up to max_files expired
 -- files that no partition references, oldest first, each recorded as handed
@@ -521,6 +564,8 @@ BEGIN
      ORDER BY x.file_path, x.expiration;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
+  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
 
 -- Every view set's current schema hash: the registered built-ins and the
 -- DDL definitions.
@@ -528,6 +573,10 @@ CREATE VIEW micromegas.view_set_schema_hashes AS
   SELECT b.view_set_name, b.schema_hash FROM micromegas.builtin_view_sets b
   UNION ALL
   SELECT d.view_set_name, d.schema_hash FROM micromegas.lakehouse_view_set_definitions d;
+COMMENT ON VIEW micromegas.view_set_schema_hashes IS
+  'Every view set (built-in and defined) with its current schema hash';
+COMMENT ON COLUMN micromegas.view_set_schema_hashes.view_set_name IS 'The view set';
+COMMENT ON COLUMN micromegas.view_set_schema_hashes.schema_hash IS 'Its current schema hash';
 
 -- micromegas' list_incompatible_partitions: every partition whose schema hash is not its view set's current
 -- one (partitions of a view set that no longer exists are not listed: see
@@ -536,6 +585,16 @@ CREATE TYPE micromegas.incompatible_partition AS (
   view_set_name text, view_instance_id text, begin_insert_time timestamptz,
   end_insert_time timestamptz, incompatible_schema_hash bytea, current_schema_hash bytea,
   file_path text, file_size bigint);
+COMMENT ON TYPE micromegas.incompatible_partition IS
+  'A partition whose schema hash is not its view set''s current one (list_incompatible_partitions)';
+COMMENT ON COLUMN micromegas.incompatible_partition.view_set_name IS 'The view set';
+COMMENT ON COLUMN micromegas.incompatible_partition.view_instance_id IS 'The instance';
+COMMENT ON COLUMN micromegas.incompatible_partition.begin_insert_time IS 'Start of the partition''s insert range';
+COMMENT ON COLUMN micromegas.incompatible_partition.end_insert_time IS 'End of it';
+COMMENT ON COLUMN micromegas.incompatible_partition.incompatible_schema_hash IS 'The hash the partition was written with';
+COMMENT ON COLUMN micromegas.incompatible_partition.current_schema_hash IS 'The view set''s current hash';
+COMMENT ON COLUMN micromegas.incompatible_partition.file_path IS 'The partition''s file';
+COMMENT ON COLUMN micromegas.incompatible_partition.file_size IS 'Its size in bytes';
 CREATE FUNCTION micromegas.list_incompatible_partitions(view_set_name text DEFAULT NULL)
 RETURNS SETOF micromegas.incompatible_partition
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -559,6 +618,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas.list_incompatible_partitions(text) IS
+  'Partitions whose schema hash is not their view set''s current one';
 
 -- How many partitions of a view set do not match its current schema.
 CREATE FUNCTION micromegas._mm_incompatible_count(name text) RETURNS bigint
@@ -569,6 +630,8 @@ BEGIN
            WHERE p.view_set_name = $1 AND v.view_set_name = $1 AND p.file_schema_hash <> v.schema_hash);
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_incompatible_count(text) IS
+  'How many partitions of a view set do not have its current schema hash';
 
 -- micromegas' retire_incompatible_partitions: retires every incompatible partition; one row per view set and
 -- instance. A partition another transaction holds is not waited for: it
@@ -576,6 +639,14 @@ $$;
 CREATE TYPE micromegas.partition_retirement AS (
   view_set_name text, view_instance_id text, partitions_retired bigint,
   partitions_failed bigint, storage_freed_bytes bigint, retirement_messages text[]);
+COMMENT ON TYPE micromegas.partition_retirement IS
+  'What a retirement did, per view set and instance: partitions retired and failed, bytes queued, messages';
+COMMENT ON COLUMN micromegas.partition_retirement.view_set_name IS 'The view set';
+COMMENT ON COLUMN micromegas.partition_retirement.view_instance_id IS 'The instance';
+COMMENT ON COLUMN micromegas.partition_retirement.partitions_retired IS 'Partitions retired';
+COMMENT ON COLUMN micromegas.partition_retirement.partitions_failed IS 'Partitions that could not be';
+COMMENT ON COLUMN micromegas.partition_retirement.storage_freed_bytes IS 'Bytes of files queued for deletion';
+COMMENT ON COLUMN micromegas.partition_retirement.retirement_messages IS 'What happened';
 CREATE FUNCTION micromegas.retire_incompatible_partitions(view_set_name text DEFAULT NULL)
 RETURNS SETOF micromegas.partition_retirement
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -622,6 +693,8 @@ BEGIN
      ORDER BY c.vs, c.inst;
 END
 $$;
+COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
+  'Retire every incompatible partition; one row per view set and instance';
 
 -- A service writes one partition. An overlap with a partition of the same
 -- instance and schema is refused (23P01) naming both.
@@ -650,6 +723,8 @@ BEGIN
   END;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint, bytea, bytea, bigint, integer, text[], timestamptz) IS
+  'A service writes one partition (an overlap is refused, naming both partitions)';
 
 -- The atomic swap behind regeneration: retires every partition of the
 -- instance within [begin, end] and writes the new ones (each of this view
@@ -721,6 +796,8 @@ BEGIN
     micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time));
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]) IS
+  'Retire a range of a view instance and write its new partitions, atomically';
 
 -- Upstream's regeneration rules: delta tiles [begin, end) exactly and every
 -- partition of the view set's global instance that overlaps the range lies
@@ -789,6 +866,8 @@ BEGIN
                  FROM generate_series(0, buckets::bigint - 1) k;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamptz, interval) IS
+  'The buckets a regeneration of [begin, end) by delta would write, or the partition that does not fit';
 
 -- DROP retires the view's global partitions (every schema) in the same
 -- transaction; a REPLACE retires nothing. mm_drop_view reports the counts.
@@ -813,6 +892,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_retire_dropped() IS
+  'Trigger: retires the global partitions of a dropped view set and queues their files';
 CREATE TRIGGER definitions_retire_dropped
   AFTER DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_retire_dropped();
@@ -826,6 +907,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_report_incompatible() IS
+  'Trigger: a NOTICE when a definition''s new schema hash makes some of its partitions incompatible';
 
 -- The notice of a definition written with `schema_hash` (or, in a read-only
 -- dry run, that would be) whose partitions were written under another.
@@ -843,6 +926,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_report_incompatible(text,bytea) IS
+  'The NOTICE of a view set''s partitions that another schema hash makes incompatible';
 CREATE TRIGGER definitions_report_incompatible_insert
   AFTER INSERT ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();

@@ -144,6 +144,8 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_apply_privileges() IS
+  'Revokes every privilege on the schema''s objects and grants again what mm_privilege_matrix() declares; refuses an object the matrix does not name';
 
 COMMENT ON FUNCTION micromegas.mm_privilege_matrix() IS
   'What each role is granted on each function and table of the extension (inherited rights not repeated); the grants are made from it';

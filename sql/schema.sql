@@ -128,6 +128,12 @@ END
 $$;
 -- </role marks>
 -- </roles>
+COMMENT ON ROLE micromegas_reader IS
+  'micromegas_views: reads the catalog (definitions, order, partitions, history, jobs); for dashboards and replicas';
+COMMENT ON ROLE micromegas_service IS
+  'micromegas_views: the services (writes partitions, runs jobs, loads the deny list and grants); a member of micromegas_reader';
+COMMENT ON ROLE micromegas_admin IS
+  'micromegas_views: defines view sets, retires partitions, manages the deny list and grants; a member of micromegas_reader';
 
 -- The catalog version: one row, bumped by every committed change. Its row
 -- lock is the catalog lock every write path takes before reading what it checks.
@@ -135,6 +141,10 @@ CREATE TABLE micromegas.catalog_state (
   singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
   version bigint NOT NULL
 );
+COMMENT ON TABLE micromegas.catalog_state IS
+  'The catalog version (one row): strictly increases with every committed change to the definitions; its row is the catalog lock';
+COMMENT ON COLUMN micromegas.catalog_state.singleton IS 'Always true: the table has one row';
+COMMENT ON COLUMN micromegas.catalog_state.version IS 'The catalog version';
 INSERT INTO micromegas.catalog_state VALUES (true, 0);
 
 -- A restore loads the dumped version into the freshly created row: the
@@ -148,6 +158,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_catalog_state_restore() IS
+  'Trigger: on restore, continues the catalog version above the dumped one';
 CREATE TRIGGER catalog_state_restore
   BEFORE INSERT ON micromegas.catalog_state
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_catalog_state_restore();
@@ -168,6 +180,19 @@ CREATE TABLE micromegas.builtin_view_sets (
   -- are not dumped (CREATE EXTENSION recreates them)
   shipped boolean NOT NULL DEFAULT false
 );
+COMMENT ON TABLE micromegas.builtin_view_sets IS
+  'The view sets defined in the services'' code, with the schema a service registered: what definitions may read';
+COMMENT ON COLUMN micromegas.builtin_view_sets.view_set_name IS 'The view set''s name (shared with the defined views: one namespace)';
+COMMENT ON COLUMN micromegas.builtin_view_sets.update_group IS 'Its place in the materialization order, or NULL when not materialized globally';
+COMMENT ON COLUMN micromegas.builtin_view_sets.kind IS 'raw (ingested block metadata), materialized, or instance_only (only through view_instance)';
+COMMENT ON COLUMN micromegas.builtin_view_sets.has_view_maker IS 'Whether the service can make per-instance views of it';
+COMMENT ON COLUMN micromegas.builtin_view_sets.global_instance_available IS 'Whether a global instance exists (definitions may read it)';
+COMMENT ON COLUMN micromegas.builtin_view_sets.schema_ipc IS 'Its Arrow schema, base64 IPC';
+COMMENT ON COLUMN micromegas.builtin_view_sets.schema_json IS 'The same schema as JSON';
+COMMENT ON COLUMN micromegas.builtin_view_sets.schema_hash IS 'The portable schema hash (8 bytes)';
+COMMENT ON COLUMN micromegas.builtin_view_sets.registered_at IS 'When a service last registered it';
+COMMENT ON COLUMN micromegas.builtin_view_sets.registered_by IS 'Who registered it';
+COMMENT ON COLUMN micromegas.builtin_view_sets.shipped IS 'True while the row is exactly as CREATE EXTENSION shipped it (not dumped)';
 
 -- The DDL-defined view sets. The column contract the services read.
 CREATE TABLE micromegas.lakehouse_view_set_definitions (
@@ -200,13 +225,32 @@ CREATE TABLE micromegas.lakehouse_view_set_definitions (
   -- above instead of planning again. Always derived; NULL when failed (0.1.9).
   sources_hash bytea
 );
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.view_set_name IS 'The view''s name';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.definition_sql IS 'The statement as written (or rendered from the columns)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.extract_query IS 'The query materializing a partition from its source';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.count_src_query IS 'The query counting the source rows of a range (staleness)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.merge_partitions_query IS 'The query merging partitions ({source})';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.update_group IS 'Its place in the materialization order';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.view_options IS 'Its other options (time columns, deltas, sort order, with_no_data, auto_refresh), JSON';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_ipc IS 'The inferred schema (base64 Arrow IPC)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_json IS 'The same schema as JSON';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.schema_hash IS 'The portable schema hash (8 bytes)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.reads IS 'The view sets its queries read';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.created_at IS 'When it was created';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_at IS 'When it last changed';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_by IS 'The actor of the last change (micromegas_views.actor or the role)';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.load_status IS 'ok, or failed when it no longer validates';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.load_error IS 'Why it failed to load';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.shipped IS 'True while the row is exactly as CREATE EXTENSION shipped it';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.updated_by_role IS 'The Postgres role (session_user) of the last change';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.warnings IS 'The author checks'' findings: [{check, sqlstate, message, hint}]';
+COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.sources_hash IS
+  'SHA-256 of what the validation read (sources as stored, plan-node limit, code version); the same definition written against the same sources reuses the derived columns. Always derived; NULL when failed';
 CREATE INDEX lakehouse_view_set_definitions_reads
   ON micromegas.lakehouse_view_set_definitions USING gin (reads) WITH (fastupdate = off);
 
 COMMENT ON TABLE micromegas.lakehouse_view_set_definitions IS
   'One row per DDL-defined view set; every write is validated and announced by triggers';
-COMMENT ON COLUMN micromegas.lakehouse_view_set_definitions.reads IS
-  'The view sets the queries read, recorded at validation';
 
 -- Shipped rows an admin deleted, so that a restore (which runs CREATE
 -- EXTENSION, then loads the dumped rows) does not bring them back.
@@ -215,6 +259,10 @@ CREATE TABLE micromegas.removed_shipped_rows (
   view_set_name text NOT NULL,
   PRIMARY KEY (table_name, view_set_name)
 );
+COMMENT ON TABLE micromegas.removed_shipped_rows IS
+  'Shipped rows an admin removed, so that a restore (which runs CREATE EXTENSION first) removes them again';
+COMMENT ON COLUMN micromegas.removed_shipped_rows.table_name IS 'builtin_view_sets or lakehouse_view_set_definitions';
+COMMENT ON COLUMN micromegas.removed_shipped_rows.view_set_name IS 'The removed row''s name';
 
 -- Every function that writes calls this first: on a hot standby (a server
 -- in recovery) the catalog is read-only, and the write is refused here with
@@ -251,6 +299,8 @@ BEGIN
   RETURN v;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_lock_catalog() IS
+  'Takes the catalog lock (the catalog_state row) and returns the catalog version';
 
 CREATE FUNCTION micromegas._mm_next_version() RETURNS bigint
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -261,6 +311,8 @@ BEGIN
   RETURN v;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_next_version() IS
+  'Increments the catalog version and returns it';
 
 CREATE FUNCTION micromegas.mm_catalog_version() RETURNS bigint
 LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -279,6 +331,8 @@ BEGIN
   RETURN micromegas._mm_creating_extension();
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_installing() IS
+  'True only while this extension''s own script runs (_mm_creating_extension)';
 
 CREATE FUNCTION micromegas._mm_actor() RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -294,6 +348,8 @@ BEGIN
   RETURN actor;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_actor() IS
+  'The actor of a write: micromegas_views.actor when a service passes its user''s name, else session_user';
 
 -- Re-checks every definition that reads `source` after `source` changed
 -- (schema or group). A dependent that still validates but whose schema moved
@@ -312,6 +368,8 @@ BEGIN
           HINT = format('Keep what "%s" reads unchanged, or replace or drop it first.', dependent);
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_raise_broken_dependent(text,text,text) IS
+  'Raises 2BP01: a change would break a definition that reads the changed one';
 
 -- What an admin requires of the author checks (mm_require_author_checks):
 -- for every role of the database ('*') or for the members of a role. A
@@ -323,6 +381,12 @@ CREATE TABLE micromegas.author_check_requirements (
   set_at timestamptz NOT NULL,
   set_by text NOT NULL
 );
+COMMENT ON TABLE micromegas.author_check_requirements IS
+  'Author-check levels an admin required (applies_to: * for every role, or a role whose members it binds)';
+COMMENT ON COLUMN micromegas.author_check_requirements.applies_to IS '* for every role of the database, or a role whose members (and itself) it binds';
+COMMENT ON COLUMN micromegas.author_check_requirements.level IS 'The least strict author-check level those sessions may have: warn or error';
+COMMENT ON COLUMN micromegas.author_check_requirements.set_at IS 'When it was last set';
+COMMENT ON COLUMN micromegas.author_check_requirements.set_by IS 'The actor who set it';
 -- </author_check_requirements>
 
 -- Whether a requirement binds this session: one for everyone, or for a
@@ -338,6 +402,8 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
       SELECT a.roleid FROM pg_catalog.pg_auth_members a JOIN member_of m ON a.member = m.roleid)
     SELECT 1 FROM member_of m JOIN pg_catalog.pg_roles g ON g.oid = m.roleid WHERE g.rolname = $1)
 $$;
+COMMENT ON FUNCTION micromegas._mm_requirement_binds(text) IS
+  'Whether an author-check requirement binds this session (* or a role its user or current role was granted)';
 
 -- The author-check level in force for this write: the stricter of the
 -- session's setting and every requirement that binds it.
@@ -356,6 +422,8 @@ BEGIN
   RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_author_check_level() IS
+  'The author-check level in force for this write: the stricter of micromegas_views.author_checks and every requirement that binds the session';
 
 -- The author obligations a definition misses, raised at the level in force
 -- (_mm_author_check_level): a
@@ -382,6 +450,8 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_report_author_findings(text,jsonb) IS
+  'Raises a definition''s author-check findings at the level in force: WARNINGs (01M0x), an error (42M0x), or nothing';
 
 -- Whether a definition named `name` replaces a stored one; refuses a name
 -- a built-in view set has, and (when `creating`) a plain CREATE of an
@@ -406,6 +476,8 @@ BEGIN
   RETURN false;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_name_taken(text,boolean,boolean) IS
+  'Whether a definition replaces a stored one; refuses a built-in''s name and a plain CREATE of an existing view';
 
 CREATE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -467,6 +539,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_recheck_dependents(text,boolean) IS
+  'Re-checks every definition reading a changed view set: refuses (strict) or marks failed; rewrites those whose schema moved';
 
 -- Whether a caller's INSERT is a superuser loading a dumped row (what
 -- pg_restore does): it alone keeps the row's given audit columns and may
@@ -478,6 +552,8 @@ BEGIN
   RETURN given_created_at IS NOT NULL AND micromegas._mm_caller_is_superuser();
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_loading(timestamp with time zone) IS
+  'Whether an INSERT is a superuser loading a dumped row (pg_restore): it keeps its audit columns';
 
 -- Whether an INSERT into the deny list or the grants keeps the creation
 -- columns it was given: the extension's own install, or a superuser loading
@@ -489,6 +565,8 @@ BEGIN
       OR (nullif(btrim(given_created_by), '') IS NOT NULL AND micromegas._mm_loading(given_created_at));
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_keeps_creation(timestamp with time zone,text) IS
+  'Whether a write keeps its given creation columns (a superuser loading a dumped row) or they are computed';
 
 -- BEFORE INSERT OR UPDATE: (plan ahead,) lock, derive, validate — one call
 -- to _mm_prepare_definition. Whatever path writes the row, it is checked
@@ -545,13 +623,11 @@ BEGIN
       -- Only the columns changed: the stored text is re-rendered from them.
       statement_sql := NULL;
     END IF;
-    IF intent IS NULL AND NEW.view_set_name IS NOT DISTINCT FROM OLD.view_set_name THEN
-      -- A direct UPDATE (the extension's own writes are planned by the
-      -- write that makes them): planned before the lock as an INSERT is,
-      -- with the row _mm_prepare_definition will be given below.
-      PERFORM micromegas._mm_plan_ahead(NEW.view_set_name, statement_sql, NEW.extract_query, NEW.count_src_query,
-                                        NEW.merge_partitions_query, NEW.update_group, NEW.view_options);
-    END IF;
+    -- An UPDATE takes the catalog lock first and plans under it: Postgres
+    -- has locked the row already, and a writer holding the catalog lock
+    -- that needs this row (a drop, a re-check's rewrite) would wait for the
+    -- planning and then deadlock with it. (mm_create_view, mm_restore_view
+    -- and the INSERT above plan before any lock.)
     PERFORM micromegas._mm_next_version();
     keep_given := coalesce(intent IN ('recheck', 'load'), false);
     -- Rows stay "as shipped" only through the extension's own scripts.
@@ -642,6 +718,8 @@ BEGIN
   RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_before_write() IS
+  'Trigger: parses, validates and derives every column of a definition row (one call into Rust); turns a CREATE OR REPLACE into an update';
 
 -- BEFORE DELETE: lock, and refuse to break a definition that reads this one.
 CREATE FUNCTION micromegas._mm_definitions_before_delete() RETURNS trigger
@@ -664,6 +742,8 @@ BEGIN
   RETURN OLD;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_before_delete() IS
+  'Trigger: takes the catalog lock and refuses to drop a definition another one reads';
 
 -- A deleted row that CREATE EXTENSION ships is remembered (and forgotten
 -- again when a row of that name is written back).
@@ -678,6 +758,8 @@ BEGIN
   END IF;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_remember_removed(text,text) IS
+  'Records that a shipped row was removed, so a restore removes it again';
 
 -- AFTER INSERT or DELETE of either table: keep removed_shipped_rows current.
 CREATE FUNCTION micromegas._mm_track_removed() RETURNS trigger
@@ -692,6 +774,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_track_removed() IS
+  'Trigger: remembers a removed shipped row (see _mm_remember_removed)';
 
 -- Loading a remembered removal (a restore) removes the freshly shipped row.
 CREATE FUNCTION micromegas._mm_apply_removed() RETURNS trigger
@@ -707,6 +791,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_apply_removed() IS
+  'Trigger: applies removed_shipped_rows on restore (a shipped row the dump says was removed is deleted again)';
 
 -- AFTER each committed row change of either table: one NOTIFY with a small
 -- JSON payload. NOTIFY is transactional, so a rolled-back change sends nothing.
@@ -741,6 +827,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_notify() IS
+  'Trigger: notifies micromegas_view_definitions of a change, with the catalog version';
 
 -- AFTER UPDATE of a definition whose schema or group moved: its dependents
 -- must still validate, or the change is refused. After a failed definition
@@ -764,6 +852,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_after_update() IS
+  'Trigger: re-checks the dependents of a definition whose schema or group moved (strictly), or that loads again (leniently)';
 
 -- AFTER a built-in view set's schema or group changed: the service's code is
 -- the truth, so dependents that no longer validate are marked, not refused.
@@ -779,6 +869,8 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_builtins_after_write() IS
+  'Trigger: re-checks the dependents of a built-in view set whose schema or group changed (marking those that no longer validate)';
 
 CREATE FUNCTION micromegas._mm_refuse_truncate() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
@@ -788,6 +880,8 @@ BEGIN
           HINT = 'Use DELETE (for a view, mm_drop_view), so that each row''s checks run and services are notified.';
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_refuse_truncate() IS
+  'Trigger: refuses TRUNCATE of a catalog table (row triggers would not run)';
 
 CREATE TRIGGER definitions_before_write
   BEFORE INSERT OR UPDATE ON micromegas.lakehouse_view_set_definitions
@@ -879,6 +973,8 @@ BEGIN
   RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_builtins_before_write() IS
+  'Trigger: validates a built-in view set''s schema and fills its stored forms and audit columns';
 
 CREATE FUNCTION micromegas._mm_builtins_before_delete() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -887,6 +983,8 @@ BEGIN
   RETURN OLD;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_builtins_before_delete() IS
+  'Trigger: refuses to delete a built-in view set a definition reads';
 
 CREATE TRIGGER builtins_before_write
   BEFORE INSERT OR UPDATE ON micromegas.builtin_view_sets

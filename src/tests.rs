@@ -270,6 +270,38 @@ mod tests {
         assert_eq!(fields("on_bt_r"), "process_id,time,n");
     }
 
+    /// A dependent that reads the written view and, further down, a view the
+    /// write's re-check rewrites is met twice by the re-check, depth first:
+    /// planning ahead walks the same way, so under the lock nothing is
+    /// planned.
+    #[pg_test]
+    fn a_dependent_reached_twice_is_planned_ahead_in_each_state() {
+        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
+        let view = |name: &str, extract: &str, group: i32| {
+            format!(
+                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
+                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
+                 time_column = 'time')"
+            )
+        };
+        let planned = crate::pg::api::validations_planned;
+        assert_eq!(create(&view("s0_d", "SELECT time, process_id, level, msg FROM log_entries", 4000)), "created");
+        assert_eq!(create(&view("s1_d", "SELECT * FROM s0_d", 4100)), "created");
+        assert_eq!(create(&view("s2_d", "SELECT * FROM s1_d", 4200)), "created");
+        assert_eq!(
+            create(&view("dm_d", "SELECT * FROM s2_d WHERE level > 0 UNION ALL SELECT * FROM s0_d", 4300)),
+            "created"
+        );
+        let replace = view("s0_d", "SELECT time, process_id, level, target FROM log_entries", 4000);
+        crate::pg::api::forget_validations();
+        assert!(ahead(&replace));
+        let before = planned();
+        assert_eq!(create(&replace), "replaced");
+        assert_eq!(planned(), before, "the re-check planned under the lock");
+        assert_eq!(fields("dm_d"), "time,process_id,level,target");
+    }
+
     /// A replace refused by several of its dependents plans each re-check
     /// once, ahead of the lock: every refusal found ahead is remembered for
     /// the statement, so the write under the lock plans none again.

@@ -19,7 +19,7 @@ use pgrx::prelude::*;
 use pgrx::spi::OwnedPreparedStatement;
 use pgrx::{JsonB, PgOid};
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
 /// The look-up of the view sets a definition mentions: the built-ins, and
 /// the DDL views other than the one being written (a replaced view never
@@ -629,39 +629,83 @@ fn plan_dependents_of_definition_ahead(derived: &Derived, prepared: &Prepared) {
 fn plan_dependents_ahead(written: CatalogRow) {
     let _limit = settings::RecheckAhead::begin();
     let name = written.name.clone();
-    let mut given = vec![written];
-    let mut next = VecDeque::from([name.clone()]);
-    let mut planned = 0;
-    while let Some(source) = next.pop_front() {
-        for dep in dependents_of(&source) {
-            let dep_name = dep.row.view_set_name.clone().unwrap_or_default();
-            if planned >= DEPENDENTS_AHEAD || given.iter().any(|g| g.name == dep_name) {
-                continue;
+    let mut ahead = Ahead {
+        given: vec![written],
+        rewritten: HashMap::new(),
+        planned: 0,
+    };
+    ahead.visit(&name);
+}
+
+/// The re-check's walk, done ahead: `_mm_recheck_dependents` visits the
+/// dependents of a changed view set in (update_group, name) order, and the
+/// rewrite of one whose schema moved re-checks that one's dependents at
+/// once, depth first. A dependent reached twice (a diamond) is planned in
+/// each state the walk meets it in, as the re-check under the lock will.
+struct Ahead {
+    /// The catalog as the walk has changed it so far: the written view set,
+    /// then each dependent rewritten (its latest schema).
+    given: Vec<CatalogRow>,
+    /// Rewritten dependents' latest stored schema (what a later visit's
+    /// loop reads as stored).
+    rewritten: HashMap<String, Option<String>>,
+    planned: usize,
+}
+
+impl Ahead {
+    fn visit(&mut self, source: &str) {
+        // The loop reads its rows when it opens: a dependent rewritten
+        // while it runs is compared with what it was then.
+        let deps: Vec<(Dependent, Option<String>, bool)> = dependents_of(source)
+            .into_iter()
+            .map(|d| {
+                let name = d.row.view_set_name.clone().unwrap_or_default();
+                match self.rewritten.get(&name) {
+                    Some(schema) => {
+                        let schema = schema.clone();
+                        (d, schema, true)
+                    }
+                    None => {
+                        let (schema, loads) = (d.schema_ipc.clone(), d.loads);
+                        (d, schema, loads)
+                    }
+                }
+            })
+            .collect();
+        for (dep, stored_schema, loads) in deps {
+            if self.planned >= DEPENDENTS_AHEAD {
+                return;
             }
-            planned += 1;
+            let dep_name = dep.row.view_set_name.clone().unwrap_or_default();
+            self.planned += 1;
             let mut rewrite = dep.row.clone();
-            let Ok((dep_derived, dep_prepared, _)) = try_prepare_row(dep.row, false, &given) else {
+            let Ok((dep_derived, dep_prepared, _)) = try_prepare_row(dep.row, false, &self.given) else {
                 continue;
             };
-            if dep.loads && dep.schema_ipc.as_deref() == Some(dep_prepared.schema_ipc.as_str()) {
+            if loads && stored_schema.as_deref() == Some(dep_prepared.schema_ipc.as_str()) {
                 continue;
             }
             // Its schema moves, or it loads again: the re-check rewrites
             // its row (validated from its stored text and columns), then
             // re-checks its own dependents (_mm_definitions_after_update).
             rewrite.definition_sql = dep.definition_sql;
-            planned += 1;
-            if planned > DEPENDENTS_AHEAD || try_prepare_row(rewrite, false, &given).is_err() {
+            self.planned += 1;
+            if self.planned > DEPENDENTS_AHEAD || try_prepare_row(rewrite, false, &self.given).is_err() {
                 continue;
             }
-            given.push(CatalogRow {
+            let row = CatalogRow {
                 name: dep_name.clone(),
-                schema_ipc: Some(dep_prepared.schema_ipc),
+                schema_ipc: Some(dep_prepared.schema_ipc.clone()),
                 update_group: Some(dep_derived.definition.update_group),
                 kind: SourceKind::Defined,
                 load_error: None,
-            });
-            next.push_back(dep_name);
+            };
+            match self.given.iter_mut().find(|g| g.name == dep_name) {
+                Some(g) => *g = row,
+                None => self.given.push(row),
+            }
+            self.rewritten.insert(dep_name.clone(), Some(dep_prepared.schema_ipc));
+            self.visit(&dep_name);
         }
     }
 }
