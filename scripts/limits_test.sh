@@ -302,6 +302,41 @@ grep -qx "UPDATE 1" "$work/update_long.out" || fail "the direct UPDATE: $(head -
 grep -qx dropped "$work/drop_during.out" || fail "the drop during the direct UPDATE: $(head -c 400 "$work/drop_during.out")"
 [ $status = "$before" ] && echo "limits: a direct UPDATE planning under the catalog lock and a drop of its row meanwhile: the drop waited, no deadlock"
 
+# What a backend remembers of its answers is bounded (16 MB): 60 dry runs of
+# half-megabyte definitions by a reader leave the idle backend well under
+# 64 MB of anonymous memory (each answer kept would be about 1.5 MB).
+python3 - >"$work/memo.sql" <<'PY'
+print("SET application_name = 'mmv_memo_probe';")
+print("SET ROLE micromegas_reader;")
+for i in range(60):
+    lit = ("%05d" % i) + "x" * 500000
+    eq = f"SELECT time, process_id, level FROM log_entries WHERE msg <> ''{lit}''"
+    st = (f"CREATE MATERIALIZED VIEW m{i} WITH (extract_query = '{eq}', count_src_query = 'SELECT count(*) AS count "
+          "FROM blocks WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}''', "
+          "merge_partitions_query = 'SELECT * FROM {source}', update_group = 4000, time_column = 'time')")
+    print(f"SELECT would_be FROM micromegas.mm_explain_view($x${st}$x$);")
+print("SELECT pg_sleep(30);")
+PY
+psql -X -q -d "$db" -f "$work/memo.sql" >"$work/memo.out" 2>&1 &
+memo_client=$!
+memo_kb=""
+for _ in $(seq 1 240); do
+  memo_pid=$(psql -X -A -t -d postgres -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'mmv_memo_probe' AND query LIKE 'SELECT pg_sleep%'")
+  if [ -n "$memo_pid" ]; then
+    memo_kb=$(awk '/^RssAnon:/ {print $2}' "/proc/$memo_pid/status")
+    break
+  fi
+  sleep 0.5
+done
+kill "$memo_client" 2>/dev/null; wait "$memo_client" 2>/dev/null || true
+if [ -z "$memo_kb" ]; then
+  fail "the 60 dry runs did not finish: $(head -c 400 "$work/memo.out")"
+elif [ "$memo_kb" -ge $((64 * 1024)) ]; then
+  fail "60 remembered dry runs left the backend with $((memo_kb / 1024)) MB of anonymous memory"
+else
+  echo "limits: 60 dry runs of half-megabyte definitions left the idle backend with $((memo_kb / 1024)) MB of anonymous memory"
+fi
+
 # Encoding a request for the helper services interrupts too: 42 MB of
 # control characters end with the statement's 500 ms statement_timeout (or
 # the helper's refusal of their length), not seconds later.

@@ -174,9 +174,31 @@ pub(crate) fn forget_validations() {
 struct Memo {
     key: (Derived, Vec<CatalogRow>, usize),
     prepared: Prepared,
+    bytes: usize,
 }
 
 const MEMO_ENTRIES: usize = 160;
+/// What the remembered answers may hold in the backend in all (their texts
+/// and schemas): 160 answers about half-megabyte definitions would keep
+/// hundreds of megabytes in every connection after its statements ended.
+const MEMO_BYTES: usize = 16 * 1024 * 1024;
+
+/// About what an answer holds: its texts and schemas (twice the IPC
+/// schema's length stands for its JSON form).
+fn memo_bytes(key: &(Derived, Vec<CatalogRow>, usize), prepared: &Prepared) -> usize {
+    let d = &key.0;
+    let texts = d.statement.as_ref().map_or(0, String::len)
+        + d.definition.extract_query.len()
+        + d.definition.count_src_query.len()
+        + d.definition.merge_partitions_query.len()
+        + d.mentioned.iter().map(String::len).sum::<usize>();
+    let catalog: usize = key
+        .1
+        .iter()
+        .map(|r| r.name.len() + r.schema_ipc.as_ref().map_or(0, String::len) + 64)
+        .sum();
+    texts + catalog + prepared.definition_sql.len() + 3 * prepared.schema_ipc.len() + 1024
+}
 
 thread_local! {
     static MEMO: RefCell<VecDeque<Memo>> = const { RefCell::new(VecDeque::new()) };
@@ -311,11 +333,17 @@ fn remembered(key: &(Derived, Vec<CatalogRow>, usize)) -> Option<Prepared> {
 }
 
 fn remember(key: (Derived, Vec<CatalogRow>, usize), prepared: Prepared) {
+    let bytes = memo_bytes(&key, &prepared);
+    if bytes > MEMO_BYTES / 4 {
+        // Too big to keep: asked again, it is planned again.
+        return;
+    }
     MEMO.with_borrow_mut(|memo| {
-        if memo.len() == MEMO_ENTRIES {
-            memo.pop_front();
+        let mut held: usize = memo.iter().map(|m| m.bytes).sum();
+        while !memo.is_empty() && (memo.len() >= MEMO_ENTRIES || held + bytes > MEMO_BYTES) {
+            held -= memo.pop_front().map_or(0, |m| m.bytes);
         }
-        memo.push_back(Memo { key, prepared });
+        memo.push_back(Memo { key, prepared, bytes });
     })
 }
 
