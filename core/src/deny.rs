@@ -1030,7 +1030,7 @@ mod tests {
     }
 
     #[test]
-    fn the_seed_examples_compile() {
+    fn the_documented_example_rules_compile() {
         for text in [
             "sql_hash = '9f2c41ab73de0155' AND entrypoint = 'grafana-alert'",
             "user_id = 'dashboards-svc' AND notebook = 'fleet-overview'",
