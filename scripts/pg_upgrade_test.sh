@@ -46,7 +46,7 @@ start "$old_bin" "$work/old" "$old_port"
 export PGHOST="$sock" PGPORT="$old_port"
 q postgres -c "CREATE DATABASE $db"
 q "$db" -c "$MMV_INSTALL_SQL"
-psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$root/pgrx-tests/standby/sql/standby_setup.sql" >/dev/null
+psql -X -q -v ON_ERROR_STOP=1 -d "$db" -f "$root/sql-tests/standby/sql/standby_setup.sql" >/dev/null
 q "$db" >/dev/null <<'SQL'
 SET micromegas_views.file_retention = 0;
 -- a failed definition: its built-in source loses the column it reads

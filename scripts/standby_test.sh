@@ -30,7 +30,7 @@ mkdir -p "$out" && chmod 777 "$out"
 psql -X -q -d postgres -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db"
 psql -X -q -d "$db" -c "$MMV_INSTALL_SQL"
 suite="$MMV_RUN/standby-suite"
-rm -rf "$suite" && cp -r "$root/pgrx-tests/standby" "$suite" && chmod -R a+rX "$suite"
+rm -rf "$suite" && cp -r "$root/sql-tests/standby" "$suite" && chmod -R a+rX "$suite"
 # One pg_regress run: against the primary or the standby, into its own
 # output directory.
 regress() {

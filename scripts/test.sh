@@ -45,7 +45,7 @@ suites() {
   # The suites run as the postgres OS user, which may not be able to read the
   # clone (e.g. under /root): they run from a world-readable copy.
   local suite="$MMV_RUN/suite"
-  rm -rf "$suite" && cp -r "$root/pgrx-tests" "$suite" && chmod -R a+rX "$suite"
+  rm -rf "$suite" && cp -r "$root/sql-tests" "$suite" && chmod -R a+rX "$suite"
   local regress_tests isolation_tests
   regress_tests=$(cd "$suite/regress/sql" && ls *.sql | sed 's/\.sql$//' | sort)
   (cd "$suite" && as_postgres "$PGXS_DIR/src/test/regress/pg_regress" \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Upgrades: every released version's install script (pgrx-tests/upgrade/releases/, fixtures of this test) is
+# Upgrades: every released version's install script (sql-tests/upgrade/releases/, fixtures of this test) is
 # installed, filled with definitions, and ALTER EXTENSION ... UPDATE'd to the
 # current version. Every row must be kept, and the upgraded catalog objects
 # must be exactly those of a fresh CREATE EXTENSION. Needs a running cluster
@@ -35,7 +35,7 @@ q mmv_fresh -c "$MMV_INSTALL_SQL"
 describe mmv_fresh >"$MMV_RUN/upgrade.fresh"
 builtins mmv_fresh >"$MMV_RUN/upgrade.fresh.builtins"
 status=0
-for script in "$root"/pgrx-tests/upgrade/releases/micromegas_views--*.sql; do
+for script in "$root"/sql-tests/upgrade/releases/micromegas_views--*.sql; do
   from=$(basename "$script" .sql | sed 's/^micromegas_views--//')
   cp "$script" "$extdir/"
   # A released version's own control settings (e.g. the schema it used).

@@ -1,5 +1,5 @@
 //! `#[pg_test]`s: the Rust steps called in a real backend. The SQL surface
-//! is covered by the pg_regress and isolation suites in `pgrx-tests/`.
+//! is covered by the pg_regress and isolation suites in `sql-tests/`.
 
 #[pgrx::pg_schema]
 mod tests {
