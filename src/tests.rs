@@ -83,6 +83,17 @@ mod tests {
         .unwrap()
     }
 
+    /// A CREATE OR REPLACE of `name` reading what `extract` says, in `group`.
+    fn view(name: &str, extract: &str, group: i32) -> String {
+        format!(
+            "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
+             count_src_query = 'SELECT count(*) AS count FROM blocks \
+             WHERE insert_time >= ''{{begin}}'' AND insert_time < ''{{end}}''', \
+             merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
+             time_column = 'time')"
+        )
+    }
+
     /// A view's stored column names, in order, comma-separated.
     fn fields(view: &str) -> String {
         Spi::get_one_with_args::<String>(
@@ -170,15 +181,6 @@ mod tests {
     /// nothing is planned, and the rows stored are the ones re-checked.
     #[pg_test]
     fn a_replace_plans_the_recheck_of_its_dependents_ahead_of_the_lock() {
-        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
-             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
-        let view = |name: &str, extract: &str, group: i32| {
-            format!(
-                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
-                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
-                 time_column = 'time')"
-            )
-        };
         let planned = crate::pg::api::validations_planned;
         assert_eq!(create(&view("up_r", "SELECT time, process_id FROM log_entries", 4000)), "created");
         // One dependent whose schema stays, one whose schema moves, and one
@@ -276,15 +278,6 @@ mod tests {
     /// planned.
     #[pg_test]
     fn a_dependent_reached_twice_is_planned_ahead_in_each_state() {
-        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
-             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
-        let view = |name: &str, extract: &str, group: i32| {
-            format!(
-                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
-                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
-                 time_column = 'time')"
-            )
-        };
         let planned = crate::pg::api::validations_planned;
         assert_eq!(create(&view("s0_d", "SELECT time, process_id, level, msg FROM log_entries", 4000)), "created");
         assert_eq!(create(&view("s1_d", "SELECT * FROM s0_d", 4100)), "created");
@@ -307,15 +300,6 @@ mod tests {
     /// the statement, so the write under the lock plans none again.
     #[pg_test]
     fn a_replace_refused_by_several_dependents_plans_none_of_them_under_the_lock() {
-        const COUNT: &str = "count_src_query = 'SELECT count(*) AS count FROM blocks \
-             WHERE insert_time >= ''{begin}'' AND insert_time < ''{end}'''";
-        let view = |name: &str, extract: &str, group: i32| {
-            format!(
-                "CREATE OR REPLACE MATERIALIZED VIEW {name} WITH (extract_query = '{extract}', \
-                 {COUNT}, merge_partitions_query = 'SELECT * FROM {{source}}', update_group = {group}, \
-                 time_column = 'time')"
-            )
-        };
         let planned = crate::pg::api::validations_planned;
         assert_eq!(create(&view("up_m", "SELECT time, process_id, level FROM log_entries", 4000)), "created");
         for name in ["first_m", "second_m", "third_m"] {
