@@ -80,6 +80,7 @@ start_server() {
     --keys "$work/keys.json" --listen 127.0.0.1:0 "$@" >"$work/$name.out" 2>"$work/$name.log" &
   local pid=$!
   servers+=("$pid")
+  server_pid=$pid
   address=""
   for _ in $(seq 1 200); do
     [ -f "$work/$name.out" ] && address=$(sed -n 's/^micromegas-views-flight: listening on //p' "$work/$name.out")
@@ -100,6 +101,12 @@ main_address=$address
 # end.
 start_server short --query-timeout-seconds 4 --max-concurrent-queries 1 --query-memory-mb 64
 short_address=$address
+short_pid=$server_pid
+# 64 MB per query, with the default deadline: what a query holds is
+# counted, and the service's peak memory is read from the kernel.
+start_server small --query-memory-mb 64
+small_address=$address
+small_pid=$server_pid
 
 # A hot standby of this cluster (pg_basebackup -R, its own port and socket)
 # for a service that reads its catalog there (--catalog-dsn) and writes to
@@ -113,13 +120,13 @@ MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS=1 start_server on_standby \
 standby_address=$address
 
 status=0
-FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" FLIGHT_STANDBY="grpc://$standby_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
+FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" FLIGHT_SMALL="grpc://$small_address" FLIGHT_SMALL_PID="$small_pid" FLIGHT_STANDBY="grpc://$standby_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
   DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
   ADMIN_KEY="$admin_key" ALICE_KEY="$alice_key" BOB_KEY="$bob_key" \
   "$py" "$here/flight/test_flight.py" || status=1
 
 # No secret in the service's log.
-if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log" "$work/short.log" "$work/on_standby.log"; then
+if grep -q -e "$admin_key" -e "$alice_key" -e "$bob_key" "$work/flight.log" "$work/short.log" "$work/small.log" "$work/on_standby.log"; then
   echo "flight: FAILED: a key appears in the service's log"; status=1
 fi
 exit $status

@@ -95,7 +95,9 @@ impl Bounded {
                 self.limit
             )));
         }
-        Ok(())
+        // The call's output with what the query already holds.
+        crate::meter::check_current(bytes)
+            .map_err(|m| DataFusionError::ResourcesExhausted(format!("{}(): {m}", self.inner.name())))
     }
 }
 

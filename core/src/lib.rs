@@ -5,7 +5,8 @@
 //! [`checks`] runs micromegas' CREATE-time checks, [`schema`] encodes and
 //! hashes the result. [`isolate`] runs it all on a big-stack thread with
 //! a deadline, and [`sandbox`] runs that in a helper process a host can
-//! stop, under a memory budget.
+//! stop, under a memory budget. [`meter`] counts what each query of the
+//! services holds, and [`bounded`] refuses the calls that would pass it.
 
 pub mod author;
 pub mod bounded;
@@ -18,6 +19,7 @@ pub mod error;
 pub mod functions;
 pub mod isolate;
 pub mod jobs;
+pub mod meter;
 pub mod options;
 pub mod planner;
 pub mod prepare;

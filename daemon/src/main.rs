@@ -16,6 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_postgres::Client;
 
+/// The system allocator, each allocation attributed to the bucket it was
+/// made for, so that what a bucket's queries hold is bounded as a whole
+/// (`micromegas_views_core::meter`).
+#[global_allocator]
+static ALLOCATOR: micromegas_views_lakehouse::meter::MeteredAllocator = micromegas_views_lakehouse::meter::MeteredAllocator;
+
 #[derive(Parser)]
 #[command(name = "micromegas-views-daemon", version, about)]
 struct Cli {

@@ -12,6 +12,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The system allocator, each allocation attributed to the query it was
+/// made for, so that what a query holds is bounded as a whole
+/// (`micromegas_views_core::meter`).
+#[global_allocator]
+static ALLOCATOR: micromegas_views_lakehouse::meter::MeteredAllocator = micromegas_views_lakehouse::meter::MeteredAllocator;
+
 #[derive(Parser)]
 #[command(name = "micromegas-views-flight", version, about = "Arrow FlightSQL over the micromegas_views lake")]
 struct Args {

@@ -20,6 +20,7 @@ use micromegas_views_client::{
 };
 use micromegas_views_lakehouse::catalog::{self, ViewSet};
 use micromegas_views_lakehouse::lake::Lake;
+use micromegas_views_lakehouse::meter::{self, Meter};
 use micromegas_views_lakehouse::read::{self, CheckedFiles};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -358,15 +359,19 @@ impl State {
         Ok(out)
     }
 
-    /// A session for one statement of `caller`.
-    async fn session(&self, caller: &Caller, sql: &str, execute: bool) -> Result<SessionContext, Status> {
+    /// A session for one statement of `caller`, its plans metered by
+    /// `meter`: the query may hold `--query-memory-mb` in all, of which its
+    /// operators' buffers (sorts, joins, aggregations) may take half in
+    /// DataFusion's pool before they spill or fail.
+    async fn session(&self, caller: &Caller, sql: &str, execute: bool, meter: &Arc<Meter>) -> Result<SessionContext, Status> {
         let sets = self.view_sets().await?;
         let readable = caller
             .readable_audiences(&self.grants.get())
             .map(Arc::new);
-        let ctx = read::new_context_with(self.settings.query_memory_bytes);
+        let cap = self.settings.query_memory_bytes;
+        let ctx = read::new_metered_context(cap, meter.clone());
         self.settings.lake.register(&ctx);
-        let inner = read::context_with(ctx.copied_config(), ctx.runtime_env(), self.settings.query_memory_bytes);
+        let inner = read::context_with(ctx.copied_config(), ctx.runtime_env(), cap, Some(meter.clone()));
         let schema = LakeSchema::new(
             self.settings.lake.clone(),
             self.settings.catalog.clone(),
@@ -440,15 +445,16 @@ impl State {
         let state = self.clone();
         let caller = caller.clone();
         let sql = sql.to_string();
-        let task = self.query_runtime.spawn(async move {
+        let meter = self.meter();
+        let task = self.query_runtime.spawn(meter::run(meter.clone(), async move {
             // The slot is the task's: planning that outlives its deadline
             // (it cannot be stopped mid-way) still counts against the limit.
             let _permit = permit;
-            let ctx = state.session(&caller, &sql, false).await?;
+            let ctx = state.session(&caller, &sql, false, &meter).await?;
             let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
             let plan = df.create_physical_plan().await.map_err(df_status)?;
             Ok(wire_schema(&plan.schema()))
-        });
+        }));
         let abort = AbortOnDrop(task.abort_handle());
         let answer = tokio::time::timeout_at(deadline, task).await;
         drop(abort);
@@ -483,10 +489,11 @@ impl State {
         let sql = sql.to_string();
         let (sender, batches) = mpsc::channel::<Result<RecordBatch, Status>>(2);
         let (schema_sender, schema) = oneshot::channel::<Result<SchemaRef, Status>>();
-        let task = self.query_runtime.spawn(async move {
+        let meter = self.meter();
+        let task = self.query_runtime.spawn(meter::run(meter.clone(), async move {
             let _permit = permit;
             let started = async {
-                let ctx = state.session(&caller, &sql, true).await?;
+                let ctx = state.session(&caller, &sql, true, &meter).await?;
                 let df = ctx.sql_with_options(&sql, sql_options()).await.map_err(df_status)?;
                 df.execute_stream().await.map_err(df_status)
             };
@@ -510,7 +517,7 @@ impl State {
                     return;
                 }
             }
-        });
+        }));
         let task = AbortOnDrop(task.abort_handle());
         let schema = match tokio::time::timeout_at(deadline, schema).await {
             Err(_) => return Err(timeout_status(self)),
@@ -523,6 +530,16 @@ impl State {
             deadline: Some((deadline, timeout_status(self))),
             _task: Some(task),
         })
+    }
+
+    /// The meter of one statement: what it holds, counted at every
+    /// allocation, may not pass `--query-memory-mb`.
+    fn meter(&self) -> Arc<Meter> {
+        let meter = Meter::new(self.settings.query_memory_bytes as u64);
+        if !meter.counted() && micromegas_views_lakehouse::meter::installed() {
+            tracing::warn!("no memory meter left for a query: it runs bounded by its pool only");
+        }
+        meter
     }
 
     /// A query slot, waited for until `deadline`.

@@ -7,6 +7,7 @@
 pub mod catalog;
 pub mod gc;
 pub mod lake;
+pub mod meter;
 pub mod query;
 pub mod read;
 pub mod sample;

@@ -15,7 +15,7 @@ use tokio_postgres::Client;
 /// Runs `sql` over the whole lake.
 pub async fn run(lake: &Lake, client: &Client, sql: &str) -> Result<Vec<RecordBatch>> {
     let sets = catalog::view_sets(client).await?;
-    let ctx = read::session(lake, client, &sets, None, None, &CheckedFiles::default()).await?;
+    let ctx = read::session(lake, client, &sets, None, None, &CheckedFiles::default(), None).await?;
     let df = ctx.sql(sql).await.map_err(|e| Error::msg(e.to_string()))?;
     Ok(df.collect().await?)
 }

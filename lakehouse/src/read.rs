@@ -29,10 +29,10 @@ pub struct CheckedFiles(Arc<Mutex<HashSet<FileKey>>>);
 /// A source file: its path, its size and the source it was checked for.
 type FileKey = (String, u64, String);
 
-/// The memory one session may use for its operators, past which sorts and
-/// aggregations spill to disk or the query fails:
-/// `MICROMEGAS_VIEWS_MEMORY_MB` (default 2048).
-fn memory_limit() -> usize {
+/// The memory one session's query may hold (metered), or its operators may
+/// use (unmetered), past which sorts and aggregations spill to disk or the
+/// query fails: `MICROMEGAS_VIEWS_MEMORY_MB` (default 2048).
+pub fn memory_limit() -> usize {
     std::env::var("MICROMEGAS_VIEWS_MEMORY_MB")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
@@ -47,8 +47,22 @@ pub fn new_context() -> SessionContext {
 /// A session whose operators may use `memory_bytes` in all, past which
 /// sorts and aggregations spill or the query fails.
 pub fn new_context_with(memory_bytes: usize) -> SessionContext {
+    build_context(memory_bytes, memory_bytes, None)
+}
+
+/// A session whose query may hold `cap_bytes` in all, counted by `meter`
+/// at every allocation ([`crate::meter`]). Its operators' buffers may take
+/// half of it in DataFusion's pool, past which sorts and aggregations
+/// spill or fail: the other half is room for what the pool does not count
+/// (the batches between operators, what expressions compute, what a spill
+/// needs to merge), so that a query spills before the meter refuses it.
+pub fn new_metered_context(cap_bytes: usize, meter: Arc<crate::meter::Meter>) -> SessionContext {
+    build_context(cap_bytes / 2, cap_bytes, Some(meter))
+}
+
+fn build_context(pool_bytes: usize, call_bytes: usize, meter: Option<Arc<crate::meter::Meter>>) -> SessionContext {
     let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-        .with_memory_limit(memory_bytes, 1.0)
+        .with_memory_limit(pool_bytes, 1.0)
         .build_arc()
         .expect("a runtime environment");
     let mut config = SessionConfig::new()
@@ -56,23 +70,28 @@ pub fn new_context_with(memory_bytes: usize) -> SessionContext {
         .with_target_partitions(2);
     // The catalog's types are what a file is read as (Utf8, not Utf8View).
     config.options_mut().execution.parquet.schema_force_view_types = false;
-    context_with(config, runtime, memory_bytes)
+    context_with(config, runtime, call_bytes, meter)
 }
 
 /// A session with `config` and `runtime` as every session of the services
 /// is made: the amplifying functions bounded to `memory_bytes` per call,
-/// and every operator's output a yield point.
+/// every operator's output a yield point, and, with a `meter`, every
+/// operator's work counted against the query's cap.
 pub fn context_with(
     config: SessionConfig,
     runtime: Arc<datafusion::execution::runtime_env::RuntimeEnv>,
     memory_bytes: usize,
+    meter: Option<Arc<crate::meter::Meter>>,
 ) -> SessionContext {
-    let state = datafusion::execution::SessionStateBuilder::new()
+    let mut state = datafusion::execution::SessionStateBuilder::new()
         .with_config(config)
         .with_runtime_env(runtime)
         .with_default_features()
-        .with_physical_optimizer_rule(Arc::new(YieldEveryBatch))
-        .build();
+        .with_physical_optimizer_rule(Arc::new(YieldEveryBatch));
+    if let Some(meter) = meter {
+        state = state.with_physical_optimizer_rule(Arc::new(crate::meter::MeterEveryOperator(meter)));
+    }
+    let state = state.build();
     let ctx = SessionContext::new_with_state(state);
     bound_amplifying_functions(&ctx, memory_bytes);
     ctx
@@ -156,8 +175,12 @@ pub async fn session(
     range: InsertRange,
     skip: Option<&str>,
     checked: &CheckedFiles,
+    meter: Option<Arc<crate::meter::Meter>>,
 ) -> Result<SessionContext> {
-    let ctx = new_context();
+    let ctx = match meter {
+        Some(meter) => new_metered_context(memory_limit(), meter),
+        None => new_context(),
+    };
     lake.register(&ctx);
     for set in sets {
         if Some(set.name.as_str()) == skip {

@@ -158,12 +158,30 @@ pub async fn materialize_bucket(
     mode: Mode,
     checked: &CheckedFiles,
 ) -> Result<BucketReport> {
+    // What the bucket's queries hold is bounded as a whole
+    // (MICROMEGAS_VIEWS_MEMORY_MB; crate::meter).
+    let meter = crate::meter::Meter::new(read::memory_limit() as u64);
+    crate::meter::run(meter.clone(), materialize_metered(lake, client, sets, view, begin, end, mode, checked, meter)).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn materialize_metered(
+    lake: &Lake,
+    client: &Client,
+    sets: &[ViewSet],
+    view: &ViewSet,
+    begin: DateTime<Utc>,
+    end: DateTime<Utc>,
+    mode: Mode,
+    checked: &CheckedFiles,
+    meter: std::sync::Arc<crate::meter::Meter>,
+) -> Result<BucketReport> {
     let started = Instant::now();
     let q = queries(view)?;
     // Only what the view's queries read is registered (the catalog's
     // `reads`: every relation their planning resolved).
     let read = read::closure(sets, &view.reads);
-    let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked).await?;
+    let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked, Some(meter)).await?;
     let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
     let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
     let decision = match mode {

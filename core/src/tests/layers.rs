@@ -4,6 +4,7 @@
 /// it (so they read top to bottom, and no import cycle can come back).
 pub(super) const LAYERS: &[&str] = &[
     "error",
+    "meter",
     "bounded",
     "isolate",
     "schema",
