@@ -38,7 +38,7 @@ struct Args {
     /// JSON key file: {"keys": [{"name", "key", "role", "claims": {"user_id", "email", "groups", "admin"}}]}.
     #[arg(long, env = "MICROMEGAS_VIEWS_FLIGHT_KEYS")]
     keys: PathBuf,
-    /// Memory one query's operators may use, in MiB (past it a query spills or fails).
+    /// Memory one query may hold in all, in MiB, counted at every allocation (its operators' pool: half of it, past which they spill).
     #[arg(long, default_value_t = 1024)]
     query_memory_mb: usize,
     /// A query is stopped past this many seconds.
