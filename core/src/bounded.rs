@@ -367,6 +367,126 @@ pub fn output_bound(name: &str, args: &[ColumnarValue], rows: usize) -> Option<u
     })
 }
 
+/// The `||` of two strings (or binaries), as a call whose output is bounded
+/// like the amplifying functions': `a || a || a …` over a batch makes each
+/// step's output the sum of its inputs, so a chain of them grows with the
+/// statement's length where no function is called. [`BoundConcatOperator`]
+/// rewrites every `||` that DataFusion would run as an operator into this
+/// call; its result is the operator's (NULL when either side is).
+#[derive(Debug, PartialEq, Eq, Hash)]
+pub struct ConcatOperator {
+    signature: Signature,
+    limit: usize,
+}
+
+impl ConcatOperator {
+    pub fn new(limit: usize) -> ConcatOperator {
+        ConcatOperator { signature: Signature::any(2, datafusion_expr::Volatility::Immutable), limit }
+    }
+}
+
+fn concatenable(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    )
+}
+
+impl ScalarUDFImpl for ConcatOperator {
+    fn name(&self) -> &str {
+        "||"
+    }
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+    fn schema_name(&self, args: &[datafusion_expr::Expr]) -> Result<String> {
+        Ok(format!("{} || {}", args[0].schema_name(), args[1].schema_name()))
+    }
+    fn return_type(&self, t: &[DataType]) -> Result<DataType> {
+        Ok(match (&t[0], &t[1]) {
+            (a, b) if a == b && concatenable(a) => a.clone(),
+            _ if t.contains(&DataType::LargeUtf8) => DataType::LargeUtf8,
+            _ if t.contains(&DataType::Utf8View) => DataType::Utf8View,
+            _ => DataType::Utf8,
+        })
+    }
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let rows = args.number_rows;
+        let bytes = args.args.iter().fold(0i128, |acc, a| acc.saturating_add(batch_bytes(a, rows)));
+        let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
+        if bytes > self.limit as u64 {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "|| would produce up to {bytes} bytes for {rows} rows, more than the {} bytes one call may produce \
+                 (the query's memory limit)",
+                self.limit
+            )));
+        }
+        crate::meter::check_current(bytes).map_err(|m| DataFusionError::ResourcesExhausted(format!("||: {m}")))?;
+        let scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let target = args.return_field.data_type().clone();
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let cast = |a: &ArrayRef| datafusion_common::arrow::compute::cast(a, &target);
+        let out = datafusion_common::arrow::compute::kernels::concat_elements::concat_elements_dyn(
+            &cast(&arrays[0])?,
+            &cast(&arrays[1])?,
+        )?;
+        Ok(if scalar {
+            ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)
+        } else {
+            ColumnarValue::Array(out)
+        })
+    }
+}
+
+/// The optimizer rule that turns each `||` DataFusion would run as an
+/// operator into a [`ConcatOperator`] call (the names the plan shows are
+/// kept). `||` between arrays is already planned as `array_concat`, which
+/// is bounded as an amplifying function.
+#[derive(Debug)]
+pub struct BoundConcatOperator {
+    udf: Arc<ScalarUDF>,
+}
+
+impl BoundConcatOperator {
+    pub fn new(limit: usize) -> BoundConcatOperator {
+        BoundConcatOperator { udf: Arc::new(ScalarUDF::new_from_impl(ConcatOperator::new(limit))) }
+    }
+}
+
+impl datafusion_optimizer::OptimizerRule for BoundConcatOperator {
+    fn name(&self) -> &str {
+        "bound_concat_operator"
+    }
+
+    fn apply_order(&self) -> Option<datafusion_optimizer::ApplyOrder> {
+        Some(datafusion_optimizer::ApplyOrder::BottomUp)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: datafusion_expr::LogicalPlan,
+        _config: &dyn datafusion_optimizer::OptimizerConfig,
+    ) -> Result<datafusion_common::tree_node::Transformed<datafusion_expr::LogicalPlan>> {
+        use datafusion_common::tree_node::{Transformed, TreeNode};
+        use datafusion_expr::{expr::ScalarFunction, BinaryExpr, Expr, Operator};
+        let preserver = datafusion_expr::expr_rewriter::NamePreserver::new(&plan);
+        plan.map_expressions(|e| {
+            let saved = preserver.save(&e);
+            let rewritten = e.transform_up(|x| match x {
+                Expr::BinaryExpr(BinaryExpr { left, op: Operator::StringConcat, right }) => Ok(Transformed::yes(
+                    Expr::ScalarFunction(ScalarFunction::new_udf(Arc::clone(&self.udf), vec![*left, *right])),
+                )),
+                x => Ok(Transformed::no(x)),
+            })?;
+            Ok(if rewritten.transformed { rewritten.update_data(|e| saved.restore(e)) } else { rewritten })
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,7 @@ pub fn context_with(
     let state = state.build();
     let ctx = SessionContext::new_with_state(state);
     bound_amplifying_functions(&ctx, memory_bytes);
+    ctx.add_optimizer_rule(Arc::new(micromegas_views_core::bounded::BoundConcatOperator::new(memory_bytes)));
     ctx
 }
 

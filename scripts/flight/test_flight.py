@@ -307,6 +307,20 @@ e = error_of(small, "SELECT length(repeat(m, 30000000) || repeat(m, 30000001) ||
                     "FROM (SELECT left(max(msg), 1) AS m FROM log_entries)")
 check(e is not None and "ResourceExhausted" in e and "a query may hold" in e,
       f"three calls each under the limit, past it together, are refused ({e and e.splitlines()[0][:200]})")
+# `||` is an operator, not a function, but a chain of it over a batch
+# grows with the statement: it is bounded as the functions are (eight
+# copies of 47 MB of strings would hold 750 MB), and it answers what the
+# operator answers.
+chain = " || ".join(["s"] * 8)
+e = error_of(small, f"SELECT sum(length({chain})) AS n FROM (SELECT repeat(CAST(value % 10 AS VARCHAR), 6000) AS s "
+                    "FROM generate_series(1, 8192))")
+check(e is not None and "ResourceExhausted" in e and "||" in e,
+      f"a chain of || past the limit is refused ({e and e.splitlines()[0][:200]})")
+got = query(small, "SELECT 'a' || CAST(NULL AS VARCHAR) AS x, 'a' || 'b' AS y, concat('a', NULL) AS z").to_pylist()
+check(got == [{"x": None, "y": "ab", "z": "a"}], f"|| answers as the operator does (NULL with a NULL side): {got}")
+got = query(small, "SELECT count(*) AS n, count(msg || '!') AS m, sum(CASE WHEN msg || '!' = concat(msg, '!') THEN 1 ELSE 0 END) AS same "
+                   "FROM log_entries").to_pylist()[0]
+check(got["n"] > 0 and got["m"] == got["same"] == got["n"], f"|| over a table column answers each row: {got}")
 e = error_of(small, "SELECT sum(cardinality(a)) AS n FROM (SELECT array_agg(value) OVER (ORDER BY value "
                     "ROWS UNBOUNDED PRECEDING) AS a FROM generate_series(1, 20000))")
 peak = peak_mb(E["FLIGHT_SMALL_PID"])
