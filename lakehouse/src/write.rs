@@ -161,60 +161,48 @@ pub async fn materialize_bucket(
     // What the bucket's queries hold is bounded as a whole
     // (MICROMEGAS_VIEWS_MEMORY_MB; crate::meter).
     let meter = crate::meter::Meter::new(read::memory_limit() as u64);
-    crate::meter::run(meter.clone(), materialize_metered(lake, client, sets, view, begin, end, mode, checked, meter)).await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn materialize_metered(
-    lake: &Lake,
-    client: &Client,
-    sets: &[ViewSet],
-    view: &ViewSet,
-    begin: DateTime<Utc>,
-    end: DateTime<Utc>,
-    mode: Mode,
-    checked: &CheckedFiles,
-    meter: std::sync::Arc<crate::meter::Meter>,
-) -> Result<BucketReport> {
-    let started = Instant::now();
-    let q = queries(view)?;
-    // Only what the view's queries read is registered (the catalog's
-    // `reads`: every relation their planning resolved).
-    let read = read::closure(sets, &view.reads);
-    let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked, Some(meter)).await?;
-    let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
-    let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
-    let decision = match mode {
-        Mode::Always => Decision::Create,
-        Mode::IfStale => decide(&existing, begin, end, source_count),
-    };
-    let report = |rows, bytes| BucketReport {
-        view: view.name.clone(),
-        begin,
-        end,
-        decision: decision.clone(),
-        source_count,
-        rows,
-        bytes,
-        seconds: started.elapsed().as_secs_f64(),
-    };
-    let sql = match decision {
-        Decision::Skip(_) => return Ok(report(0, 0)),
-        Decision::Create => substitute(&q.extract, begin, end),
-        Decision::Merge => {
-            let files: Vec<String> = existing
-                .iter()
-                .filter(|p| p.num_rows > 0)
-                .filter_map(|p| p.file_path.clone())
-                .collect();
-            let table = format!("__{}__merged", view.name);
-            read::register_files(&ctx, lake, &table, view.schema.clone(), &files)?;
-            q.merge.replace("{source}", &format!("\"{table}\""))
-        }
-    };
-    let written = write(lake, &ctx, view, q, &sql, begin, end).await?;
-    catalog::record(client, &view.name, begin, end, &view.schema_hash, source_count, &written).await?;
-    Ok(report(written.num_rows, written.file_size))
+    crate::meter::run(meter.clone(), async {
+        let started = Instant::now();
+        let q = queries(view)?;
+        // Only what the view's queries read is registered (the catalog's
+        // `reads`: every relation their planning resolved).
+        let read = read::closure(sets, &view.reads);
+        let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked, Some(meter.clone())).await?;
+        let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
+        let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
+        let decision = match mode {
+            Mode::Always => Decision::Create,
+            Mode::IfStale => decide(&existing, begin, end, source_count),
+        };
+        let report = |rows, bytes| BucketReport {
+            view: view.name.clone(),
+            begin,
+            end,
+            decision: decision.clone(),
+            source_count,
+            rows,
+            bytes,
+            seconds: started.elapsed().as_secs_f64(),
+        };
+        let sql = match decision {
+            Decision::Skip(_) => return Ok(report(0, 0)),
+            Decision::Create => substitute(&q.extract, begin, end),
+            Decision::Merge => {
+                let files: Vec<String> = existing
+                    .iter()
+                    .filter(|p| p.num_rows > 0)
+                    .filter_map(|p| p.file_path.clone())
+                    .collect();
+                let table = format!("__{}__merged", view.name);
+                read::register_files(&ctx, lake, &table, view.schema.clone(), &files)?;
+                q.merge.replace("{source}", &format!("\"{table}\""))
+            }
+        };
+        let written = write(lake, &ctx, view, q, &sql, begin, end).await?;
+        catalog::record(client, &view.name, begin, end, &view.schema_hash, source_count, &written).await?;
+        Ok(report(written.num_rows, written.file_size))
+    })
+    .await
 }
 
 /// Runs `sql` and streams its rows into one new Parquet object, checking
