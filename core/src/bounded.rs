@@ -86,19 +86,21 @@ impl Bounded {
                 self.inner.name()
             )));
         }
-        if bytes > self.limit as u64 {
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "{}() would produce up to {bytes} bytes for {} rows, more than the {} bytes one call may produce \
-                 (the query's memory limit)",
-                self.inner.name(),
-                args.number_rows,
-                self.limit
-            )));
-        }
-        // The call's output with what the query already holds.
-        crate::meter::check_current(bytes)
-            .map_err(|m| DataFusionError::ResourcesExhausted(format!("{}(): {m}", self.inner.name())))
+        within_limit(&format!("{}()", self.inner.name()), bytes, args.number_rows, self.limit)
     }
+}
+
+/// Refuses a call (`what`: `repeat()`, `||`) whose output may take `bytes`
+/// for `rows` rows: past `limit`, or past what the query it works for may
+/// still hold (the meter's count plus these bytes).
+fn within_limit(what: &str, bytes: u64, rows: usize, limit: usize) -> Result<()> {
+    if bytes > limit as u64 {
+        return Err(DataFusionError::ResourcesExhausted(format!(
+            "{what} would produce up to {bytes} bytes for {rows} rows, more than the {limit} bytes one call may produce \
+             (the query's memory limit)"
+        )));
+    }
+    crate::meter::check_current(bytes).map_err(|m| DataFusionError::ResourcesExhausted(format!("{what}: {m}")))
 }
 
 impl ScalarUDFImpl for Bounded {
@@ -414,14 +416,7 @@ impl ScalarUDFImpl for ConcatOperator {
         let rows = args.number_rows;
         let bytes = args.args.iter().fold(0i128, |acc, a| acc.saturating_add(batch_bytes(a, rows)));
         let bytes = u64::try_from(bytes).unwrap_or(u64::MAX);
-        if bytes > self.limit as u64 {
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "|| would produce up to {bytes} bytes for {rows} rows, more than the {} bytes one call may produce \
-                 (the query's memory limit)",
-                self.limit
-            )));
-        }
-        crate::meter::check_current(bytes).map_err(|m| DataFusionError::ResourcesExhausted(format!("||: {m}")))?;
+        within_limit("||", bytes, rows, self.limit)?;
         let scalar = args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let target = args.return_field.data_type().clone();
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;

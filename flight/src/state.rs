@@ -536,7 +536,7 @@ impl State {
     /// allocation, may not pass `--query-memory-mb`.
     fn meter(&self) -> Arc<Meter> {
         let meter = Meter::new(self.settings.query_memory_bytes as u64);
-        if !meter.counted() && micromegas_views_lakehouse::meter::installed() {
+        if !meter.counted() && meter::installed() {
             tracing::warn!("no memory meter left for a query: it runs bounded by its pool only");
         }
         meter
