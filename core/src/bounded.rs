@@ -12,6 +12,11 @@
 //! services (the daemon and the FlightSQL service) register the wrapped
 //! functions in every session; a deny rule may not call them at all
 //! (the deny list's `compile`), as it is evaluated on every query.
+//!
+//! The `||` operator is planned as such a call too ([`BoundConcatOperator`]),
+//! and every aggregate's accumulators check the query's meter at each step
+//! ([`checked_aggregate`]): a window aggregate whose frame grows with each
+//! row makes output that grows with the square of its rows within one batch.
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
@@ -20,14 +25,18 @@ use arrow_array::types::{
     TimestampMillisecondType, TimestampNanosecondType, TimestampSecondType, UInt16Type, UInt32Type,
     UInt64Type, UInt8Type,
 };
-use arrow_array::{Array, ArrayRef};
+use arrow_array::{Array, ArrayRef, BooleanArray};
 use arrow_schema::{DataType, FieldRef, TimeUnit};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::{DataFusionError, Result, ScalarValue};
+use datafusion_expr::expr::{AggregateFunction, AggregateFunctionParams, WindowFunctionParams};
+use datafusion_expr::function::{AccumulatorArgs, AggregateFunctionSimplification, StateFieldsArgs};
 use datafusion_expr::udf_eq::UdfEq;
+use datafusion_expr::utils::AggregateOrderSensitivity;
 use datafusion_expr::{
-    ColumnarValue, Documentation, ReturnFieldArgs, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl,
-    Signature,
+    Accumulator, AggregateUDF, AggregateUDFImpl, ColumnarValue, Documentation, EmitTo, GroupsAccumulator,
+    ReturnFieldArgs, ReversedUDAF, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, SetMonotonicity, Signature,
+    StatisticsArgs,
 };
 use std::sync::Arc;
 
@@ -479,6 +488,221 @@ impl datafusion_optimizer::OptimizerRule for BoundConcatOperator {
             })?;
             Ok(if rewritten.transformed { rewritten.update_data(|e| saved.restore(e)) } else { rewritten })
         })
+    }
+}
+
+/// `udaf` with every step of its accumulators checked against the query
+/// its work is for ([`crate::meter::check_current`]): refused once the query
+/// holds more than its cap, or once it is stopped.
+///
+/// An aggregate evaluated over a window frame that grows with each row
+/// (`string_agg(msg, ',') OVER (ORDER BY time)`) produces, for one batch,
+/// output that grows with the square of the batch's rows, all of it made
+/// within one poll of the window operator: the check after each batch comes
+/// too late. Checked at each row's update and evaluation, it is refused at
+/// its cap plus one row's output. The answers are the function's own.
+pub fn checked_aggregate(udaf: &AggregateUDF) -> AggregateUDF {
+    if udaf.inner().as_ref().is::<CheckedAggregate>() {
+        return udaf.clone();
+    }
+    AggregateUDF::new_from_impl(CheckedAggregate { inner: Arc::clone(udaf.inner()).into() })
+}
+
+fn checked_impl(inner: Arc<dyn AggregateUDFImpl>) -> Arc<dyn AggregateUDFImpl> {
+    if inner.as_ref().is::<CheckedAggregate>() {
+        return inner;
+    }
+    Arc::new(CheckedAggregate { inner: inner.into() })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CheckedAggregate {
+    inner: UdfEq<Arc<dyn AggregateUDFImpl>>,
+}
+
+/// The refusal of an aggregate's step, naming the aggregate.
+fn step_allowed(name: &str) -> Result<()> {
+    crate::meter::check_current(0).map_err(|m| DataFusionError::ResourcesExhausted(format!("{name}(): {m}")))
+}
+
+impl AggregateUDFImpl for CheckedAggregate {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+    fn schema_name(&self, params: &AggregateFunctionParams) -> Result<String> {
+        self.inner.schema_name(params)
+    }
+    fn human_display(&self, params: &AggregateFunctionParams) -> Result<String> {
+        self.inner.human_display(params)
+    }
+    fn window_function_schema_name(&self, params: &WindowFunctionParams) -> Result<String> {
+        self.inner.window_function_schema_name(params)
+    }
+    fn display_name(&self, params: &AggregateFunctionParams) -> Result<String> {
+        self.inner.display_name(params)
+    }
+    fn window_function_display_name(&self, params: &WindowFunctionParams) -> Result<String> {
+        self.inner.window_function_display_name(params)
+    }
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+    fn return_type(&self, arg_types: &[DataType]) -> Result<DataType> {
+        self.inner.return_type(arg_types)
+    }
+    fn return_field(&self, arg_fields: &[FieldRef]) -> Result<FieldRef> {
+        self.inner.return_field(arg_fields)
+    }
+    fn is_nullable(&self) -> bool {
+        self.inner.is_nullable()
+    }
+    fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        Ok(Box::new(CheckedAccumulator { name: self.inner.name().into(), inner: self.inner.accumulator(acc_args)? }))
+    }
+    fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
+        self.inner.state_fields(args)
+    }
+    fn groups_accumulator_supported(&self, args: AccumulatorArgs) -> bool {
+        self.inner.groups_accumulator_supported(args)
+    }
+    fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
+        Ok(Box::new(CheckedGroupsAccumulator {
+            name: self.inner.name().into(),
+            inner: self.inner.create_groups_accumulator(args)?,
+        }))
+    }
+    fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
+        Ok(Box::new(CheckedAccumulator {
+            name: self.inner.name().into(),
+            inner: self.inner.create_sliding_accumulator(args)?,
+        }))
+    }
+    fn with_beneficial_ordering(self: Arc<Self>, beneficial_ordering: bool) -> Result<Option<Arc<dyn AggregateUDFImpl>>> {
+        let inner: Arc<dyn AggregateUDFImpl> = Arc::clone(&self.inner);
+        Ok(inner.with_beneficial_ordering(beneficial_ordering)?.map(checked_impl))
+    }
+    fn order_sensitivity(&self) -> AggregateOrderSensitivity {
+        self.inner.order_sensitivity()
+    }
+    fn simplify(&self) -> Option<AggregateFunctionSimplification> {
+        self.inner.simplify()
+    }
+    fn simplify_expr_op_literal(
+        &self,
+        agg_function: &AggregateFunction,
+        arg: &datafusion_expr::Expr,
+        op: datafusion_expr::Operator,
+        lit: &datafusion_expr::Expr,
+        arg_is_left: bool,
+    ) -> Result<Option<datafusion_expr::Expr>> {
+        self.inner.simplify_expr_op_literal(agg_function, arg, op, lit, arg_is_left)
+    }
+    fn reverse_expr(&self) -> ReversedUDAF {
+        match self.inner.reverse_expr() {
+            ReversedUDAF::Reversed(udaf) => ReversedUDAF::Reversed(Arc::new(checked_aggregate(&udaf))),
+            other => other,
+        }
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+    fn is_descending(&self) -> Option<bool> {
+        self.inner.is_descending()
+    }
+    fn value_from_stats(&self, statistics_args: &StatisticsArgs) -> Option<ScalarValue> {
+        self.inner.value_from_stats(statistics_args)
+    }
+    fn default_value(&self, data_type: &DataType) -> Result<ScalarValue> {
+        self.inner.default_value(data_type)
+    }
+    fn supports_null_handling_clause(&self) -> bool {
+        self.inner.supports_null_handling_clause()
+    }
+    fn supports_within_group_clause(&self) -> bool {
+        self.inner.supports_within_group_clause()
+    }
+    fn documentation(&self) -> Option<&Documentation> {
+        self.inner.documentation()
+    }
+    fn set_monotonicity(&self, data_type: &DataType) -> SetMonotonicity {
+        self.inner.set_monotonicity(data_type)
+    }
+}
+
+/// An accumulator whose every step is first checked ([`step_allowed`]).
+#[derive(Debug)]
+struct CheckedAccumulator {
+    name: Arc<str>,
+    inner: Box<dyn Accumulator>,
+}
+
+impl Accumulator for CheckedAccumulator {
+    fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        step_allowed(&self.name)?;
+        self.inner.update_batch(values)
+    }
+    fn evaluate(&mut self) -> Result<ScalarValue> {
+        step_allowed(&self.name)?;
+        self.inner.evaluate()
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    fn state(&mut self) -> Result<Vec<ScalarValue>> {
+        step_allowed(&self.name)?;
+        self.inner.state()
+    }
+    fn merge_batch(&mut self, states: &[ArrayRef]) -> Result<()> {
+        step_allowed(&self.name)?;
+        self.inner.merge_batch(states)
+    }
+    fn retract_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
+        step_allowed(&self.name)?;
+        self.inner.retract_batch(values)
+    }
+    fn supports_retract_batch(&self) -> bool {
+        self.inner.supports_retract_batch()
+    }
+}
+
+/// A groups accumulator whose every step is first checked ([`step_allowed`]).
+struct CheckedGroupsAccumulator {
+    name: Arc<str>,
+    inner: Box<dyn GroupsAccumulator>,
+}
+
+impl GroupsAccumulator for CheckedGroupsAccumulator {
+    fn update_batch(
+        &mut self,
+        values: &[ArrayRef],
+        group_indices: &[usize],
+        opt_filter: Option<&BooleanArray>,
+        total_num_groups: usize,
+    ) -> Result<()> {
+        step_allowed(&self.name)?;
+        self.inner.update_batch(values, group_indices, opt_filter, total_num_groups)
+    }
+    fn evaluate(&mut self, emit_to: EmitTo) -> Result<ArrayRef> {
+        step_allowed(&self.name)?;
+        self.inner.evaluate(emit_to)
+    }
+    fn state(&mut self, emit_to: EmitTo) -> Result<Vec<ArrayRef>> {
+        step_allowed(&self.name)?;
+        self.inner.state(emit_to)
+    }
+    fn merge_batch(&mut self, values: &[ArrayRef], group_indices: &[usize], total_num_groups: usize) -> Result<()> {
+        step_allowed(&self.name)?;
+        self.inner.merge_batch(values, group_indices, total_num_groups)
+    }
+    fn convert_to_state(&self, values: &[ArrayRef], opt_filter: Option<&BooleanArray>) -> Result<Vec<ArrayRef>> {
+        step_allowed(&self.name)?;
+        self.inner.convert_to_state(values, opt_filter)
+    }
+    fn size(&self) -> usize {
+        self.inner.size()
     }
 }
 

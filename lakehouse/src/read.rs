@@ -94,6 +94,7 @@ pub fn context_with(
     let state = state.build();
     let ctx = SessionContext::new_with_state(state);
     bound_amplifying_functions(&ctx, memory_bytes);
+    check_aggregates(&ctx);
     ctx.add_optimizer_rule(Arc::new(micromegas_views_core::bounded::BoundConcatOperator::new(memory_bytes)));
     ctx
 }
@@ -109,6 +110,26 @@ fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
                 ctx.register_udf(bounded);
             }
         }
+    }
+}
+
+/// Replaces, in `ctx`, every aggregate with one whose accumulators check
+/// the query's meter at each step (micromegas_views_core::bounded): a
+/// window aggregate over a frame that grows with each row would otherwise
+/// make all of one batch's output, growing with the square of its rows,
+/// before any check.
+fn check_aggregates(ctx: &SessionContext) {
+    let mut seen = HashSet::new();
+    let checked: Vec<_> = ctx
+        .state_ref()
+        .read()
+        .aggregate_functions()
+        .values()
+        .filter(|udaf| seen.insert(udaf.name().to_string()))
+        .map(|udaf| micromegas_views_core::bounded::checked_aggregate(udaf))
+        .collect();
+    for udaf in checked {
+        ctx.register_udaf(udaf);
     }
 }
 
