@@ -18,11 +18,16 @@
 //!   plan (repartitions, merges) are counted too.
 //! - A count past the query's cap is acted on where an error can be
 //!   returned, never inside the allocator (an allocation that fails aborts
-//!   the process): after every batch an operator produces, and before every
-//!   call of a function whose output can be many times its input
-//!   (the `bounded` module), which adds the call's bound to the count. So a
-//!   query holds at most its cap plus what one operator makes of one batch
-//!   of inputs already under the cap.
+//!   the process): after every batch an operator produces, before every
+//!   call of a function whose output can be many times its input (the
+//!   `bounded` module), which adds the call's bound to the count, and before
+//!   every step of an aggregate's accumulator (each row of a window frame).
+//!   So a query holds at most its cap plus what one operator makes of one
+//!   batch of inputs already under the cap, and a window aggregate whose
+//!   output grows with its frame, its cap plus one row's output.
+//! - A query stopped from outside ([`QueryMeter::stop`]: its deadline, its
+//!   caller gone) is refused at the same checks, so the work already running
+//!   for it ends at the next one rather than at the end of its batch.
 //!
 //! A query whose meter is dropped stops counting: frees of what it made
 //! afterwards are ignored (each meter has its own generation). There are
@@ -48,10 +53,17 @@ struct Slot {
     generation: AtomicU32,
     /// The cap of the meter holding the slot.
     cap: AtomicU64,
+    /// Whether the query holding the slot was stopped: every check refuses.
+    stopped: AtomicBool,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
-const EMPTY: Slot = Slot { live: AtomicI64::new(0), generation: AtomicU32::new(0), cap: AtomicU64::new(0) };
+const EMPTY: Slot = Slot {
+    live: AtomicI64::new(0),
+    generation: AtomicU32::new(0),
+    cap: AtomicU64::new(0),
+    stopped: AtomicBool::new(false),
+};
 static TABLE: [Slot; SLOTS] = [EMPTY; SLOTS];
 /// The slots no meter holds (filled on first use).
 static FREE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
@@ -188,6 +200,7 @@ impl QueryMeter {
             let s = &TABLE[slot as usize];
             s.live.store(0, Ordering::Relaxed);
             s.cap.store(cap, Ordering::Relaxed);
+            s.stopped.store(false, Ordering::Relaxed);
             s.generation.store(generation, Ordering::Release);
         }
         Arc::new(QueryMeter { slot, generation, cap })
@@ -220,11 +233,29 @@ impl QueryMeter {
         Entered { previous }
     }
 
-    /// Refuses `more` bytes if the query would then hold more than its cap.
+    /// Refuses `more` bytes if the query would then hold more than its cap,
+    /// and anything once the query is stopped.
     pub fn check(&self, more: u64) -> Result<(), String> {
+        if self.slot != 0 && TABLE[self.slot as usize].stopped.load(Ordering::Relaxed) {
+            return Err(STOPPED.to_string());
+        }
         refusal(self.live(), more, self.cap)
     }
+
+    /// Stops the query: from now on every check of its meter refuses, so
+    /// that work already running for it (a batch being computed on another
+    /// thread, which dropping the query's task cannot interrupt) ends at its
+    /// next check instead of its batch's end. A meter without a slot
+    /// ([`QueryMeter::counted`] false) has nothing to stop.
+    pub fn stop(&self) {
+        if self.slot != 0 {
+            TABLE[self.slot as usize].stopped.store(true, Ordering::Relaxed);
+        }
+    }
 }
+
+/// What a check answers once its query is stopped.
+const STOPPED: &str = "the query was stopped (its deadline passed, its caller went away or its job was given back)";
 
 impl Drop for QueryMeter {
     fn drop(&mut self) {
@@ -247,15 +278,21 @@ impl Drop for Entered {
 }
 
 /// Refuses `more` bytes for the query this thread is working for, if it
-/// would then hold more than its cap (nothing to refuse when the thread
-/// works for no counted query).
+/// would then hold more than its cap, and anything once that query is
+/// stopped (nothing to refuse when the thread works for no query).
 pub fn check_current(more: u64) -> Result<(), String> {
     let (slot, generation) = current();
-    if slot == 0 || !installed() {
+    if slot == 0 {
         return Ok(());
     }
     let s = &TABLE[slot as usize];
     if s.generation.load(Ordering::Acquire) != generation {
+        return Ok(());
+    }
+    if s.stopped.load(Ordering::Relaxed) {
+        return Err(STOPPED.to_string());
+    }
+    if !installed() {
         return Ok(());
     }
     refusal(s.live.load(Ordering::Relaxed).max(0) as u64, more, s.cap.load(Ordering::Relaxed))
@@ -356,6 +393,24 @@ mod tests {
         assert!(e.contains("a query may hold"), "{e}");
         unsafe { MeteredAllocator.dealloc(ptr, layout) };
         assert!(meter.check(4_000).is_ok());
+    }
+
+    #[test]
+    fn a_stopped_query_is_refused_at_every_check_and_the_next_holder_of_its_slot_is_not() {
+        let meter = QueryMeter::new(1 << 20);
+        assert!(meter.check(0).is_ok());
+        meter.stop();
+        assert!(meter.check(0).unwrap_err().contains("stopped"));
+        {
+            let _in = meter.enter();
+            assert!(check_current(0).unwrap_err().contains("stopped"));
+        }
+        // Work for no query is never stopped.
+        assert!(check_current(0).is_ok());
+        drop(meter);
+        let next = QueryMeter::new(1 << 20);
+        let _in = next.enter();
+        assert!(next.check(0).is_ok() && check_current(0).is_ok());
     }
 
     #[test]

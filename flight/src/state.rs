@@ -446,6 +446,7 @@ impl State {
         let caller = caller.clone();
         let sql = sql.to_string();
         let meter = self.meter();
+        let stop = meter.clone();
         let task = self.query_runtime.spawn(meter::run(meter.clone(), async move {
             // The slot is the task's: planning that outlives its deadline
             // (it cannot be stopped mid-way) still counts against the limit.
@@ -455,7 +456,7 @@ impl State {
             let plan = df.create_physical_plan().await.map_err(df_status)?;
             Ok(wire_schema(&plan.schema()))
         }));
-        let abort = AbortOnDrop(task.abort_handle());
+        let abort = AbortOnDrop(task.abort_handle(), stop);
         let answer = tokio::time::timeout_at(deadline, task).await;
         drop(abort);
         match answer {
@@ -490,6 +491,7 @@ impl State {
         let (sender, batches) = mpsc::channel::<Result<RecordBatch, Status>>(2);
         let (schema_sender, schema) = oneshot::channel::<Result<SchemaRef, Status>>();
         let meter = self.meter();
+        let stop = meter.clone();
         let task = self.query_runtime.spawn(meter::run(meter.clone(), async move {
             let _permit = permit;
             let started = async {
@@ -518,7 +520,7 @@ impl State {
                 }
             }
         }));
-        let task = AbortOnDrop(task.abort_handle());
+        let task = AbortOnDrop(task.abort_handle(), stop);
         let schema = match tokio::time::timeout_at(deadline, schema).await {
             Err(_) => return Err(timeout_status(self)),
             Ok(Err(_)) => return Err(Status::internal("the query ended before it answered")),
@@ -548,12 +550,17 @@ impl State {
     }
 }
 
-/// Aborts a query's task when dropped: the answer's stream ended, failed,
-/// passed its deadline or was dropped by a caller who went away.
-pub struct AbortOnDrop(tokio::task::AbortHandle);
+/// Stops a query and aborts its task when dropped: the answer's stream
+/// ended, failed, passed its deadline or was dropped by a caller who went
+/// away. The meter is stopped first, from here: an aborted task ends only
+/// when its current poll returns, and a poll computing one batch of an
+/// operator returns at the next check of the query's meter
+/// (`micromegas_views_core::meter`).
+pub struct AbortOnDrop(tokio::task::AbortHandle, Arc<Meter>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
+        self.1.stop();
         self.0.abort();
     }
 }

@@ -30,14 +30,28 @@ use std::task::{Context, Poll};
 
 pub use micromegas_views_core::meter::{installed, MeteredAllocator, QueryMeter as Meter};
 
-/// Runs `work` with every poll attributed to `meter`'s query.
+/// Runs `work` with every poll attributed to `meter`'s query. When `work`
+/// ends, or is dropped before it ends (its task aborted at a deadline or
+/// when its caller goes away), the query is stopped
+/// ([`QueryMeter::stop`]): what still runs for it elsewhere (an operator's
+/// batch on another task) is refused at its next check.
 pub async fn run<F: Future>(meter: Arc<QueryMeter>, work: F) -> F::Output {
+    let stop = StopOnDrop(meter);
     let mut work = std::pin::pin!(work);
     std::future::poll_fn(move |cx| {
-        let _in = meter.enter();
+        let _in = stop.0.enter();
         work.as_mut().poll(cx)
     })
     .await
+}
+
+/// Stops a query's meter when dropped.
+struct StopOnDrop(Arc<QueryMeter>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.stop();
+    }
 }
 
 /// Wraps every operator of `plan` in a [`MeteredExec`] for `meter` (an
@@ -200,5 +214,46 @@ impl datafusion::physical_optimizer::PhysicalOptimizerRule for MeterEveryOperato
 
     fn schema_check(&self) -> bool {
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Float64Array;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::datasource::MemTable;
+    use datafusion::prelude::SessionConfig;
+
+    /// A window aggregate over a frame that grows with each row computes
+    /// all of one batch in one poll of its operator: here a median over
+    /// 200,000 rows in one batch, 2·10¹⁰ values copied and selected (more
+    /// than five minutes in a debug build). Stopped from another thread (as a query is when its task
+    /// is aborted), the aggregate's next step refuses, and the query ends
+    /// with the stop's error instead of an answer.
+    #[test]
+    fn a_stopped_query_ends_inside_its_batch() {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let meter = QueryMeter::new(1 << 30);
+        let config = SessionConfig::new().with_batch_size(1 << 20).with_target_partitions(1);
+        let rt = datafusion::execution::runtime_env::RuntimeEnvBuilder::new().build_arc().unwrap();
+        let ctx = crate::read::context_with(config, rt, 1 << 30, Some(meter.clone()));
+        let rows = 200_000;
+        let schema = Arc::new(Schema::new(vec![Field::new("v", DataType::Float64, false)]));
+        let values = Float64Array::from_iter_values((0..rows).map(|i| ((i * 7919) % rows) as f64));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values)]).unwrap();
+        ctx.register_table("t", Arc::new(MemTable::try_new(schema, vec![vec![batch]]).unwrap())).unwrap();
+        let sql = "SELECT max(m) AS m FROM (SELECT median(v) OVER (ROWS UNBOUNDED PRECEDING) AS m FROM t)";
+        let stopper = {
+            let meter = meter.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                meter.stop();
+            })
+        };
+        let answer = runtime.block_on(run(meter.clone(), async { ctx.sql(sql).await?.collect().await }));
+        stopper.join().unwrap();
+        let e = answer.expect_err("the stopped query answered");
+        assert!(e.to_string().contains("median(): the query was stopped"), "{e}");
     }
 }
