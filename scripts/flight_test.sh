@@ -120,7 +120,7 @@ MICROMEGAS_VIEW_DEFINITION_REFRESH_SECONDS=1 start_server on_standby \
 standby_address=$address
 
 status=0
-FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" FLIGHT_SMALL="grpc://$small_address" FLIGHT_SMALL_PID="$small_pid" FLIGHT_STANDBY="grpc://$standby_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
+FLIGHT="grpc://$main_address" FLIGHT_SHORT="grpc://$short_address" FLIGHT_SHORT_PID="$short_pid" FLIGHT_SMALL="grpc://$small_address" FLIGHT_SMALL_PID="$small_pid" FLIGHT_STANDBY="grpc://$standby_address" DAEMON="$daemon" LAKE="$lake" DB="$db" BEGIN="$begin" END="$end" \
   DSN="host=$PGHOST port=$PGPORT user=postgres dbname=$db" \
   ADMIN_KEY="$admin_key" ALICE_KEY="$alice_key" BOB_KEY="$bob_key" \
   "$py" "$here/flight/test_flight.py" || status=1
