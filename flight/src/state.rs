@@ -13,6 +13,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::prelude::SessionContext;
 use datafusion::execution::context::SQLOptions;
+use futures::FutureExt;
 use futures::StreamExt;
 use micromegas_views_client::keys::KeyFile;
 use micromegas_views_client::{
@@ -492,7 +493,11 @@ impl State {
         let (schema_sender, schema) = oneshot::channel::<Result<SchemaRef, Status>>();
         let meter = self.meter();
         let stop = meter.clone();
-        let task = self.query_runtime.spawn(meter::run(meter.clone(), async move {
+        // A panic in the query's work (DataFusion's, or a task it spawned)
+        // ends the answer with an error: without it the channel would just
+        // close, which reads as the end of a complete answer.
+        let on_panic = sender.clone();
+        let work = async move {
             let _permit = permit;
             let started = async {
                 let ctx = state.session(&caller, &sql, true, &meter).await?;
@@ -518,6 +523,20 @@ impl State {
                 if sender.send(item).await.is_err() || stop {
                     return;
                 }
+            }
+        };
+        let task = self.query_runtime.spawn(meter::run(stop.clone(), async move {
+            if let Err(panic) = std::panic::AssertUnwindSafe(work).catch_unwind().await {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_default();
+                tracing::error!(panic = %what, "a query's work panicked");
+                on_panic
+                    .send(Err(Status::internal(format!("the query failed: the query engine panicked: {what}"))))
+                    .await
+                    .ok();
             }
         }));
         let task = AbortOnDrop(task.abort_handle(), stop);
