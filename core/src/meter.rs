@@ -78,6 +78,35 @@ thread_local! {
     static CURRENT: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
 }
 
+thread_local! {
+    /// Whether the operator this thread is polling is a window operator.
+    static IN_WINDOW: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Says, until the guard is dropped, whether the operator this thread polls
+/// is a window operator (the services set it around every operator's poll):
+/// there an aggregate's value is copied to the rows of its frame.
+pub fn polling_operator(window: bool) -> PollingOperator {
+    let previous = IN_WINDOW.try_with(|w| w.replace(window)).unwrap_or(false);
+    PollingOperator { previous }
+}
+
+/// Whether this thread is polling a window operator.
+pub fn in_window() -> bool {
+    IN_WINDOW.try_with(Cell::get).unwrap_or(false)
+}
+
+/// Restores the previous operator kind when dropped.
+pub struct PollingOperator {
+    previous: bool,
+}
+
+impl Drop for PollingOperator {
+    fn drop(&mut self) {
+        let _ = IN_WINDOW.try_with(|w| w.set(self.previous));
+    }
+}
+
 #[inline]
 fn current() -> (u32, u32) {
     CURRENT.try_with(Cell::get).unwrap_or((0, 0))

@@ -145,11 +145,13 @@ impl ExecutionPlan for MeteredExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let window = matches!(self.input.name(), "WindowAggExec" | "BoundedWindowAggExec");
         let inner = {
             let _in = self.meter.enter();
+            let _op = micromegas_views_core::meter::polling_operator(window);
             self.input.execute(partition, context)?
         };
-        Ok(Box::pin(MeteredStream { inner, meter: self.meter.clone() }))
+        Ok(Box::pin(MeteredStream { inner, meter: self.meter.clone(), window }))
     }
 
     fn child_stats_requests(&self, partition: Option<usize>) -> Vec<ChildStats> {
@@ -172,6 +174,9 @@ impl ExecutionPlan for MeteredExec {
 struct MeteredStream {
     inner: SendableRecordBatchStream,
     meter: Arc<QueryMeter>,
+    /// Whether the operator is a window operator
+    /// ([`micromegas_views_core::meter::polling_operator`]).
+    window: bool,
 }
 
 impl Stream for MeteredStream {
@@ -180,6 +185,7 @@ impl Stream for MeteredStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = {
             let _in = self.meter.enter();
+            let _op = micromegas_views_core::meter::polling_operator(self.window);
             self.inner.poll_next_unpin(cx)
         };
         match polled {
