@@ -30,7 +30,13 @@ use arrow_schema::{DataType, FieldRef, TimeUnit};
 use datafusion_common::config::ConfigOptions;
 use datafusion_common::{DataFusionError, Result, ScalarValue};
 use datafusion_expr::expr::{AggregateFunction, AggregateFunctionParams, WindowFunctionParams};
-use datafusion_expr::function::{AccumulatorArgs, AggregateFunctionSimplification, StateFieldsArgs};
+use datafusion_expr::function::{
+    AccumulatorArgs, AggregateFunctionSimplification, ExpressionArgs, PartitionEvaluatorArgs, StateFieldsArgs,
+    WindowFunctionSimplification, WindowUDFFieldArgs,
+};
+use datafusion_expr::window_state::WindowAggState;
+use datafusion_expr::{LimitEffect, PartitionEvaluator, ReversedUDWF, WindowUDF, WindowUDFImpl};
+use datafusion_physical_expr::PhysicalExpr;
 use datafusion_expr::udf_eq::UdfEq;
 use datafusion_expr::utils::AggregateOrderSensitivity;
 use datafusion_expr::{
@@ -65,10 +71,22 @@ pub fn is_amplifying(name: &str) -> bool {
         || matches!(name.as_str(), "list_repeat" | "list_resize" | "list_concat" | "array_cat" | "list_cat")
 }
 
+/// The functions whose time grows faster than their input: `levenshtein`
+/// compares every character of one string with every character of the
+/// other. A call of it is bounded by [`MAX_COMPARISONS`] rather than by its
+/// output: the strings' lengths may be anything a query may hold, and no
+/// check can stop a call once it runs.
+pub const COSTLY_FUNCTIONS: &[&str] = &["levenshtein"];
+
+/// The character comparisons one call of a [`COSTLY_FUNCTIONS`] may make,
+/// summed over its rows (about a second of work).
+pub const MAX_COMPARISONS: u64 = 200_000_000;
+
 /// `udf` bounded to `limit` bytes of output per call, if it is one of the
-/// amplifying functions.
+/// amplifying functions, or to [`MAX_COMPARISONS`], if it is a costly one.
 pub fn bounded(udf: &ScalarUDF, limit: usize) -> Option<ScalarUDF> {
-    is_amplifying(udf.name()).then(|| {
+    let costly = COSTLY_FUNCTIONS.contains(&udf.name().to_ascii_lowercase().as_str());
+    (is_amplifying(udf.name()) || costly).then(|| {
         ScalarUDF::new_from_impl(Bounded {
             inner: Arc::clone(udf.inner()).into(),
             limit,
@@ -86,6 +104,22 @@ struct Bounded {
 
 impl Bounded {
     fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
+        if COSTLY_FUNCTIONS.contains(&self.inner.name().to_ascii_lowercase().as_str()) {
+            let lengths = args.args.iter().take(2).map(length).collect::<Option<Vec<_>>>();
+            let Some(lengths) = lengths.filter(|l| l.len() == 2) else {
+                return Ok(());
+            };
+            let comparisons = total(args.number_rows, &lengths, |v| v[0].saturating_mul(v[1]));
+            if comparisons > MAX_COMPARISONS {
+                return Err(DataFusionError::ResourcesExhausted(format!(
+                    "{}() would compare {comparisons} pairs of characters for {} rows, more than the {MAX_COMPARISONS} one call may compare",
+                    self.inner.name(),
+                    args.number_rows
+                )));
+            }
+            return crate::meter::check_current(0)
+                .map_err(|m| DataFusionError::ResourcesExhausted(format!("{}(): {m}", self.inner.name())));
+        }
         let Some(bytes) = output_bound(self.inner.name(), &args.args, args.number_rows) else {
             return Ok(());
         };
@@ -560,7 +594,7 @@ impl AggregateUDFImpl for CheckedAggregate {
         self.inner.is_nullable()
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CheckedAccumulator { name: self.inner.name().into(), inner: self.inner.accumulator(acc_args)? }))
+        Ok(Box::new(CheckedAccumulator::new(self.inner.name(), self.inner.accumulator(acc_args)?)))
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         self.inner.state_fields(args)
@@ -575,10 +609,7 @@ impl AggregateUDFImpl for CheckedAggregate {
         }))
     }
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CheckedAccumulator {
-            name: self.inner.name().into(),
-            inner: self.inner.create_sliding_accumulator(args)?,
-        }))
+        Ok(Box::new(CheckedAccumulator::new(self.inner.name(), self.inner.create_sliding_accumulator(args)?)))
     }
     fn with_beneficial_ordering(self: Arc<Self>, beneficial_ordering: bool) -> Result<Option<Arc<dyn AggregateUDFImpl>>> {
         let inner: Arc<dyn AggregateUDFImpl> = Arc::clone(&self.inner);
@@ -633,20 +664,48 @@ impl AggregateUDFImpl for CheckedAggregate {
 }
 
 /// An accumulator whose every step is first checked ([`step_allowed`]).
+///
+/// In a window operator ([`crate::meter::in_window`]) the value an
+/// evaluation answers is copied to every row whose frame it is: a frame
+/// covering the whole partition is updated with all of its rows and
+/// evaluated once, then copied to each of them, in one step DataFusion makes
+/// after the evaluation. So there the value's size times the rows the
+/// accumulator took since its last evaluation (one per row for a frame that
+/// grows or slides, the partition's rows for a whole one) is checked before
+/// the value is handed over.
 #[derive(Debug)]
 struct CheckedAccumulator {
     name: Arc<str>,
     inner: Box<dyn Accumulator>,
+    rows_since_evaluation: u64,
+}
+
+impl CheckedAccumulator {
+    fn new(name: &str, inner: Box<dyn Accumulator>) -> CheckedAccumulator {
+        CheckedAccumulator { name: name.into(), inner, rows_since_evaluation: 0 }
+    }
 }
 
 impl Accumulator for CheckedAccumulator {
     fn update_batch(&mut self, values: &[ArrayRef]) -> Result<()> {
         step_allowed(&self.name)?;
+        self.rows_since_evaluation += values.first().map_or(0, |v| v.len() as u64);
         self.inner.update_batch(values)
     }
     fn evaluate(&mut self) -> Result<ScalarValue> {
         step_allowed(&self.name)?;
-        self.inner.evaluate()
+        let value = self.inner.evaluate()?;
+        let copies = std::mem::take(&mut self.rows_since_evaluation);
+        if copies > 1 && crate::meter::in_window() {
+            let bytes = (value.size() as u64).saturating_mul(copies);
+            crate::meter::check_current(bytes).map_err(|m| {
+                DataFusionError::ResourcesExhausted(format!(
+                    "{}(): its value, copied to the {copies} rows of its window frame: {m}",
+                    self.name
+                ))
+            })?;
+        }
+        Ok(value)
     }
     fn size(&self) -> usize {
         self.inner.size()
@@ -703,6 +762,109 @@ impl GroupsAccumulator for CheckedGroupsAccumulator {
     }
     fn size(&self) -> usize {
         self.inner.size()
+    }
+}
+
+/// `udwf` with every evaluation of its partition evaluators checked against
+/// the query its work is for, as [`checked_aggregate`] does for aggregates:
+/// `first_value`, `last_value` and `nth_value` copy a value of their frame
+/// to each row, one evaluation per row, all within one poll of the window
+/// operator (a large value copied to every row of a batch, or a frame over
+/// a whole partition evaluated row by row for minutes). Checked at each, a
+/// query is refused at its cap plus one row's value, and a stopped one ends
+/// at its next row. The answers are the function's own.
+pub fn checked_window(udwf: &WindowUDF) -> WindowUDF {
+    if udwf.inner().as_ref().is::<CheckedWindow>() {
+        return udwf.clone();
+    }
+    WindowUDF::new_from_impl(CheckedWindow { inner: Arc::clone(udwf.inner()).into() })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct CheckedWindow {
+    inner: UdfEq<Arc<dyn WindowUDFImpl>>,
+}
+
+impl WindowUDFImpl for CheckedWindow {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn aliases(&self) -> &[String] {
+        self.inner.aliases()
+    }
+    fn signature(&self) -> &Signature {
+        self.inner.signature()
+    }
+    fn expressions(&self, expr_args: ExpressionArgs) -> Vec<Arc<dyn PhysicalExpr>> {
+        self.inner.expressions(expr_args)
+    }
+    fn partition_evaluator(&self, args: PartitionEvaluatorArgs) -> Result<Box<dyn PartitionEvaluator>> {
+        Ok(Box::new(CheckedEvaluator { name: self.inner.name().into(), inner: self.inner.partition_evaluator(args)? }))
+    }
+    fn simplify(&self) -> Option<WindowFunctionSimplification> {
+        self.inner.simplify()
+    }
+    fn field(&self, field_args: WindowUDFFieldArgs) -> Result<FieldRef> {
+        self.inner.field(field_args)
+    }
+    fn sort_options(&self) -> Option<arrow_schema::SortOptions> {
+        self.inner.sort_options()
+    }
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        self.inner.coerce_types(arg_types)
+    }
+    fn reverse_expr(&self) -> ReversedUDWF {
+        match self.inner.reverse_expr() {
+            ReversedUDWF::Reversed(udwf) => ReversedUDWF::Reversed(Arc::new(checked_window(&udwf))),
+            other => other,
+        }
+    }
+    fn documentation(&self) -> Option<&Documentation> {
+        self.inner.documentation()
+    }
+    fn limit_effect(&self, args: &[Arc<dyn PhysicalExpr>]) -> LimitEffect {
+        self.inner.limit_effect(args)
+    }
+}
+
+/// A partition evaluator whose every evaluation is first checked
+/// ([`step_allowed`]).
+#[derive(Debug)]
+struct CheckedEvaluator {
+    name: Arc<str>,
+    inner: Box<dyn PartitionEvaluator>,
+}
+
+impl PartitionEvaluator for CheckedEvaluator {
+    fn memoize(&mut self, state: &mut WindowAggState) -> Result<()> {
+        self.inner.memoize(state)
+    }
+    fn get_range(&self, idx: usize, n_rows: usize) -> Result<std::ops::Range<usize>> {
+        self.inner.get_range(idx, n_rows)
+    }
+    fn is_causal(&self) -> bool {
+        self.inner.is_causal()
+    }
+    fn evaluate_all(&mut self, values: &[ArrayRef], num_rows: usize) -> Result<ArrayRef> {
+        step_allowed(&self.name)?;
+        self.inner.evaluate_all(values, num_rows)
+    }
+    fn evaluate(&mut self, values: &[ArrayRef], range: &std::ops::Range<usize>) -> Result<ScalarValue> {
+        step_allowed(&self.name)?;
+        self.inner.evaluate(values, range)
+    }
+    fn evaluate_all_with_rank(&self, num_rows: usize, ranks_in_partition: &[std::ops::Range<usize>]) -> Result<ArrayRef> {
+        step_allowed(&self.name)?;
+        self.inner.evaluate_all_with_rank(num_rows, ranks_in_partition)
+    }
+    fn supports_bounded_execution(&self) -> bool {
+        self.inner.supports_bounded_execution()
+    }
+    fn uses_window_frame(&self) -> bool {
+        self.inner.uses_window_frame()
+    }
+    fn include_rank(&self) -> bool {
+        self.inner.include_rank()
     }
 }
 

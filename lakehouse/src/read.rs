@@ -104,7 +104,8 @@ pub fn context_with(
 /// whose output would pass `memory_bytes`: the memory pool does not count
 /// what an expression allocates (micromegas_views_core::bounded).
 fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
-    for name in micromegas_views_core::bounded::AMPLIFYING_FUNCTIONS {
+    let bounded = micromegas_views_core::bounded::AMPLIFYING_FUNCTIONS.iter();
+    for name in bounded.chain(micromegas_views_core::bounded::COSTLY_FUNCTIONS) {
         if let Ok(udf) = datafusion::execution::FunctionRegistry::udf(ctx, name) {
             if let Some(bounded) = micromegas_views_core::bounded::bounded(&udf, memory_bytes) {
                 ctx.register_udf(bounded);
@@ -113,11 +114,11 @@ fn bound_amplifying_functions(ctx: &SessionContext, memory_bytes: usize) {
     }
 }
 
-/// Replaces, in `ctx`, every aggregate with one whose accumulators check
-/// the query's meter at each step (micromegas_views_core::bounded): a
-/// window aggregate over a frame that grows with each row would otherwise
-/// make all of one batch's output, growing with the square of its rows,
-/// before any check.
+/// Replaces, in `ctx`, every aggregate and window function with one whose
+/// accumulators and evaluators check the query's meter at each step
+/// (micromegas_views_core::bounded): a window aggregate over a frame that
+/// grows with each row would otherwise make all of one batch's output,
+/// growing with the square of its rows, before any check.
 fn check_aggregates(ctx: &SessionContext) {
     let mut seen = HashSet::new();
     let checked: Vec<_> = ctx
@@ -130,6 +131,18 @@ fn check_aggregates(ctx: &SessionContext) {
         .collect();
     for udaf in checked {
         ctx.register_udaf(udaf);
+    }
+    let mut seen = HashSet::new();
+    let checked: Vec<_> = ctx
+        .state_ref()
+        .read()
+        .window_functions()
+        .values()
+        .filter(|udwf| seen.insert(udwf.name().to_string()))
+        .map(|udwf| micromegas_views_core::bounded::checked_window(udwf))
+        .collect();
+    for udwf in checked {
+        ctx.register_udwf(udwf);
     }
 }
 
