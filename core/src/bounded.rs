@@ -73,14 +73,20 @@ pub fn is_amplifying(name: &str) -> bool {
 
 /// The functions whose time grows faster than their input: `levenshtein`
 /// compares every character of one string with every character of the
-/// other. A call of it is bounded by [`MAX_COMPARISONS`] rather than by its
-/// output: the strings' lengths may be anything a query may hold, and no
-/// check can stop a call once it runs.
+/// other. A row of it is bounded by [`MAX_COMPARISONS`] rather than by its
+/// output (the strings' lengths may be anything a query may hold), and a
+/// call runs in slices of its rows with a check of its query between them
+/// (no check can stop a slice once it runs).
 pub const COSTLY_FUNCTIONS: &[&str] = &["levenshtein"];
 
-/// The character comparisons one call of a [`COSTLY_FUNCTIONS`] may make,
-/// summed over its rows (about a second of work).
-pub const MAX_COMPARISONS: u64 = 200_000_000;
+/// The character comparisons one row of a [`COSTLY_FUNCTIONS`] call may
+/// make (a tenth of a second of work in a release build).
+pub const MAX_COMPARISONS: u64 = 100_000_000;
+
+/// The comparisons a call runs between two checks of its query: a call is
+/// run over slices of its rows, each of at most this many comparisons (or
+/// one row), so that a stopped query ends within one slice.
+const COMPARISONS_PER_SLICE: u64 = 2_000_000;
 
 /// `udf` bounded to `limit` bytes of output per call, if it is one of the
 /// amplifying functions, or to [`MAX_COMPARISONS`], if it is a costly one.
@@ -104,21 +110,9 @@ struct Bounded {
 
 impl Bounded {
     fn check(&self, args: &ScalarFunctionArgs) -> Result<()> {
-        if COSTLY_FUNCTIONS.contains(&self.inner.name().to_ascii_lowercase().as_str()) {
-            let lengths = args.args.iter().take(2).map(length).collect::<Option<Vec<_>>>();
-            let Some(lengths) = lengths.filter(|l| l.len() == 2) else {
-                return Ok(());
-            };
-            let comparisons = total(args.number_rows, &lengths, |v| v[0].saturating_mul(v[1]));
-            if comparisons > MAX_COMPARISONS {
-                return Err(DataFusionError::ResourcesExhausted(format!(
-                    "{}() would compare {comparisons} pairs of characters for {} rows, more than the {MAX_COMPARISONS} one call may compare",
-                    self.inner.name(),
-                    args.number_rows
-                )));
-            }
-            return crate::meter::check_current(0)
-                .map_err(|m| DataFusionError::ResourcesExhausted(format!("{}(): {m}", self.inner.name())));
+        if self.costly() {
+            // Bounded per row here; run in slices by `invoke_with_args`.
+            return step_allowed(self.inner.name());
         }
         let Some(bytes) = output_bound(self.inner.name(), &args.args, args.number_rows) else {
             return Ok(());
@@ -178,10 +172,80 @@ impl ScalarUDFImpl for Bounded {
     }
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         self.check(&args)?;
+        if self.costly() {
+            return self.in_slices(args);
+        }
         self.inner.invoke_with_args(args)
     }
     fn documentation(&self) -> Option<&Documentation> {
         self.inner.documentation()
+    }
+}
+
+impl Bounded {
+    fn costly(&self) -> bool {
+        COSTLY_FUNCTIONS.contains(&self.inner.name().to_ascii_lowercase().as_str())
+    }
+
+    /// A call of a costly function: refused when one of its rows would make
+    /// more than [`MAX_COMPARISONS`] comparisons, otherwise run over slices
+    /// of its rows of at most [`COMPARISONS_PER_SLICE`], the query checked
+    /// before each (its time is bounded by its deadline only if a stop can
+    /// reach it).
+    fn in_slices(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let name = self.inner.name();
+        let rows = args.number_rows;
+        let lengths = args.args.iter().take(2).map(length).collect::<Option<Vec<_>>>();
+        let Some(lengths) = lengths.filter(|l| l.len() == 2) else {
+            return self.inner.invoke_with_args(args);
+        };
+        let cost = |row: usize| match (lengths[0].at(row), lengths[1].at(row)) {
+            (Some(a), Some(b)) => u64::try_from(a.saturating_mul(b)).unwrap_or(u64::MAX),
+            _ => 0,
+        };
+        let per_row: Vec<u64> = (0..rows.max(1)).map(cost).collect();
+        if let Some((row, worst)) = per_row.iter().enumerate().max_by_key(|(_, c)| **c).filter(|(_, c)| **c > MAX_COMPARISONS) {
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "{name}() would compare {worst} pairs of characters in row {}, more than the {MAX_COMPARISONS} one row may compare",
+                row + 1
+            )));
+        }
+        if args.args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+            return self.inner.invoke_with_args(args);
+        }
+        let mut pieces: Vec<ArrayRef> = Vec::new();
+        let mut start = 0;
+        while start < rows {
+            let mut end = start + 1;
+            let mut spent = per_row[start];
+            while end < rows && spent.saturating_add(per_row[end]) <= COMPARISONS_PER_SLICE {
+                spent += per_row[end];
+                end += 1;
+            }
+            step_allowed(name)?;
+            let sliced = args
+                .args
+                .iter()
+                .map(|a| match a {
+                    ColumnarValue::Array(a) => ColumnarValue::Array(a.slice(start, end - start)),
+                    scalar => scalar.clone(),
+                })
+                .collect();
+            let piece = self.inner.invoke_with_args(ScalarFunctionArgs {
+                args: sliced,
+                arg_fields: args.arg_fields.clone(),
+                number_rows: end - start,
+                return_field: args.return_field.clone(),
+                config_options: args.config_options.clone(),
+            })?;
+            pieces.push(piece.into_array(end - start)?);
+            start = end;
+        }
+        if pieces.len() == 1 {
+            return Ok(ColumnarValue::Array(pieces.remove(0)));
+        }
+        let refs: Vec<&dyn Array> = pieces.iter().map(|p| p.as_ref()).collect();
+        Ok(ColumnarValue::Array(datafusion_common::arrow::compute::concat(&refs)?))
     }
 }
 
@@ -697,7 +761,7 @@ impl Accumulator for CheckedAccumulator {
         let value = self.inner.evaluate()?;
         let copies = std::mem::take(&mut self.rows_since_evaluation);
         if copies > 1 && crate::meter::in_window() {
-            let bytes = (value.size() as u64).saturating_mul(copies);
+            let bytes = copy_bytes(&value)?.saturating_mul(copies);
             crate::meter::check_current(bytes).map_err(|m| {
                 DataFusionError::ResourcesExhausted(format!(
                     "{}(): its value, copied to the {copies} rows of its window frame: {m}",
@@ -725,6 +789,13 @@ impl Accumulator for CheckedAccumulator {
     fn supports_retract_batch(&self) -> bool {
         self.inner.supports_retract_batch()
     }
+}
+
+/// The bytes one copy of `value` takes in an array: its slice of an
+/// array's buffers (8 for an Int64, a string's length and offset, a list's
+/// elements), not the scalar's own size or the buffers it was cut from.
+fn copy_bytes(value: &ScalarValue) -> Result<u64> {
+    Ok(value.to_array_of_size(1)?.to_data().get_slice_memory_size()? as u64)
 }
 
 /// A groups accumulator whose every step is first checked ([`step_allowed`]).
