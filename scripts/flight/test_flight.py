@@ -299,6 +299,8 @@ def cpu_seconds(pid):
 for what, sql in [
     ("a growing window aggregate", "SELECT max(m) AS m FROM (SELECT median(v) OVER (ROWS UNBOUNDED PRECEDING) AS m "
                                    "FROM (SELECT unnest(range(0, 200000)) AS v))"),
+    ("levenshtein over rows of a million comparisons each",
+     "SELECT max(levenshtein(repeat('a', 1000), repeat('b', 1000) || CAST(value AS VARCHAR))) AS d FROM generate_series(1, 2000)"),
     ("a window function over a whole partition",
      "SELECT max(m) AS m FROM (SELECT nth_value(CASE WHEN v % 2 = 0 THEN v END, 1000000) IGNORE NULLS "
      "OVER (ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS m FROM (SELECT unnest(range(0, 200000)) AS v))"),
@@ -310,12 +312,26 @@ for what, sql in [
     check(e is not None and "DeadlineExceeded" in e, f"{what} past its 4 s deadline is answered DEADLINE_EXCEEDED ({e and e.splitlines()[0][:120]})")
     check(after < 0.5, f"its work stopped with it: the service used {after:.2f} s of CPU in the next 3 s")
 # A function whose time grows with the product of its inputs' lengths is
-# bounded by that product: levenshtein of two strings of 20,000 characters
-# (400 million comparisons, minutes in this build) is refused before it runs.
+# bounded by that product per row, and runs in slices of rows with a check
+# between them (the case above): levenshtein of two strings of 20,000
+# characters (400 million comparisons, half a minute in this build) is
+# refused before it runs.
 e = error_of(short, "SELECT levenshtein(repeat(CAST(value AS VARCHAR), 20000), repeat('y', 20000)) AS d FROM generate_series(1, 1)")
 check(e is not None and "ResourceExhausted" in e and "levenshtein() would compare" in e,
       f"levenshtein past its comparisons is refused ({e and e.splitlines()[0][:160]})")
-check(query(short, "SELECT levenshtein('kitten', 'sitting') AS d").to_pylist() == [{"d": 3}], "levenshtein within them answers")
+def edit_distance(a, b):
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+got = query(short, "SELECT levenshtein('kitten', 'sitting') AS a, levenshtein(CAST(value AS VARCHAR), '1000') AS b, "
+                   "levenshtein(repeat(CAST(value AS VARCHAR), 250), repeat('99', 400)) AS c "
+                   "FROM generate_series(998, 1001) ORDER BY value").to_pylist()
+want = [{"a": edit_distance("kitten", "sitting"), "b": edit_distance(str(v), "1000"),
+         "c": edit_distance(str(v) * 250, "99" * 400)} for v in range(998, 1002)]
+check(got == want, f"levenshtein within them answers each row, over rows run in several slices: {got}")
 # On that service (64 MB per query): a join of values each under the
 # limit, past it together, is refused too (a 1 MB separator between 80
 # values would make 80 MB).
@@ -385,6 +401,12 @@ peak = peak_mb(E["FLIGHT_SMALL_PID"])
 check(e is not None and "ResourceExhausted" in e and "last_value(): the query holds" in e,
       f"a window function copying a large value to each row is refused at a row ({e and e.splitlines()[0][:200]})")
 check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
+# Those copies are estimated by what one value takes in an array (8 bytes
+# for a sum), so a small value over a large partition is not refused.
+got = query(small, "SELECT max(s) AS s, max(n) AS n, max(c) AS c FROM (SELECT sum(value) OVER () AS s, count(*) OVER () AS n, "
+                   "cardinality(array_agg(value) OVER ()) AS c FROM generate_series(1, 1500) UNION ALL "
+                   "SELECT sum(value) OVER (), count(*) OVER (), 0 FROM generate_series(1, 1000000))").to_pylist()
+check(got == [{"s": 500000500000, "n": 1000000, "c": 1500}], f"small values over whole partitions answer: {got}")
 # A panic in the query engine ends the answer with an error, never with a
 # shorter answer: a GROUPS frame whose offsets overflow panics in
 # DataFusion 55 (this suite's debug build checks the addition), after a
