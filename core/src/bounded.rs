@@ -79,6 +79,11 @@ pub fn is_amplifying(name: &str) -> bool {
 /// (no check can stop a slice once it runs).
 pub const COSTLY_FUNCTIONS: &[&str] = &["levenshtein"];
 
+/// Whether `name` is one of [`COSTLY_FUNCTIONS`].
+pub fn is_costly(name: &str) -> bool {
+    COSTLY_FUNCTIONS.contains(&name.to_ascii_lowercase().as_str())
+}
+
 /// The character comparisons one row of a [`COSTLY_FUNCTIONS`] call may
 /// make (a tenth of a second of work in a release build).
 pub const MAX_COMPARISONS: u64 = 100_000_000;
@@ -91,8 +96,7 @@ const COMPARISONS_PER_SLICE: u64 = 2_000_000;
 /// `udf` bounded to `limit` bytes of output per call, if it is one of the
 /// amplifying functions, or to [`MAX_COMPARISONS`], if it is a costly one.
 pub fn bounded(udf: &ScalarUDF, limit: usize) -> Option<ScalarUDF> {
-    let costly = COSTLY_FUNCTIONS.contains(&udf.name().to_ascii_lowercase().as_str());
-    (is_amplifying(udf.name()) || costly).then(|| {
+    (is_amplifying(udf.name()) || is_costly(udf.name())).then(|| {
         ScalarUDF::new_from_impl(Bounded {
             inner: Arc::clone(udf.inner()).into(),
             limit,
@@ -184,7 +188,7 @@ impl ScalarUDFImpl for Bounded {
 
 impl Bounded {
     fn costly(&self) -> bool {
-        COSTLY_FUNCTIONS.contains(&self.inner.name().to_ascii_lowercase().as_str())
+        is_costly(self.inner.name())
     }
 
     /// A call of a costly function: refused when one of its rows would make
@@ -600,22 +604,23 @@ impl datafusion_optimizer::OptimizerRule for BoundConcatOperator {
 /// too late. Checked at each row's update and evaluation, it is refused at
 /// its cap plus one row's output. The answers are the function's own.
 pub fn checked_aggregate(udaf: &AggregateUDF) -> AggregateUDF {
-    if udaf.inner().as_ref().is::<CheckedAggregate>() {
-        return udaf.clone();
-    }
-    AggregateUDF::new_from_impl(CheckedAggregate { inner: Arc::clone(udaf.inner()).into() })
+    AggregateUDF::new_from_shared_impl(checked_impl(Arc::clone(udaf.inner())))
 }
 
 fn checked_impl(inner: Arc<dyn AggregateUDFImpl>) -> Arc<dyn AggregateUDFImpl> {
     if inner.as_ref().is::<CheckedAggregate>() {
         return inner;
     }
-    Arc::new(CheckedAggregate { inner: inner.into() })
+    let name = inner.name().into();
+    Arc::new(CheckedAggregate { inner: inner.into(), name })
 }
 
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct CheckedAggregate {
     inner: UdfEq<Arc<dyn AggregateUDFImpl>>,
+    /// The name its accumulators' refusals give (shared by them all, not
+    /// copied for each group's accumulator).
+    name: Arc<str>,
 }
 
 /// The refusal of an aggregate's step, naming the aggregate.
@@ -658,7 +663,7 @@ impl AggregateUDFImpl for CheckedAggregate {
         self.inner.is_nullable()
     }
     fn accumulator(&self, acc_args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CheckedAccumulator::new(self.inner.name(), self.inner.accumulator(acc_args)?)))
+        Ok(Box::new(CheckedAccumulator::new(&self.name, self.inner.accumulator(acc_args)?)))
     }
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
         self.inner.state_fields(args)
@@ -668,12 +673,12 @@ impl AggregateUDFImpl for CheckedAggregate {
     }
     fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
         Ok(Box::new(CheckedGroupsAccumulator {
-            name: self.inner.name().into(),
+            name: Arc::clone(&self.name),
             inner: self.inner.create_groups_accumulator(args)?,
         }))
     }
     fn create_sliding_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        Ok(Box::new(CheckedAccumulator::new(self.inner.name(), self.inner.create_sliding_accumulator(args)?)))
+        Ok(Box::new(CheckedAccumulator::new(&self.name, self.inner.create_sliding_accumulator(args)?)))
     }
     fn with_beneficial_ordering(self: Arc<Self>, beneficial_ordering: bool) -> Result<Option<Arc<dyn AggregateUDFImpl>>> {
         let inner: Arc<dyn AggregateUDFImpl> = Arc::clone(&self.inner);
@@ -745,8 +750,8 @@ struct CheckedAccumulator {
 }
 
 impl CheckedAccumulator {
-    fn new(name: &str, inner: Box<dyn Accumulator>) -> CheckedAccumulator {
-        CheckedAccumulator { name: name.into(), inner, rows_since_evaluation: 0 }
+    fn new(name: &Arc<str>, inner: Box<dyn Accumulator>) -> CheckedAccumulator {
+        CheckedAccumulator { name: Arc::clone(name), inner, rows_since_evaluation: 0 }
     }
 }
 
