@@ -372,35 +372,30 @@ check(got == [{"x": None, "y": "ab", "z": "a"}], f"|| answers as the operator do
 got = query(small, "SELECT count(*) AS n, count(msg || '!') AS m, sum(CASE WHEN msg || '!' = concat(msg, '!') THEN 1 ELSE 0 END) AS same "
                    "FROM log_entries").to_pylist()[0]
 check(got["n"] > 0 and got["m"] == got["same"] == got["n"], f"|| over a table column answers each row: {got}")
-before = peak_mb(E["FLIGHT_SMALL_PID"])
-e = error_of(small, "SELECT sum(length(s)) AS n FROM (SELECT string_agg(repeat('x', 20), ',') OVER (ORDER BY value "
-                    "ROWS UNBOUNDED PRECEDING) AS s FROM generate_series(1, 8192))")
-peak = peak_mb(E["FLIGHT_SMALL_PID"])
-check(e is not None and "ResourceExhausted" in e and "string_agg(): the query holds" in e,
-      f"a window aggregate growing past the limit within one batch is refused at a row of it ({e and e.splitlines()[0][:200]})")
-check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
-e = error_of(small, "SELECT sum(cardinality(a)) AS n FROM (SELECT array_agg(value) OVER (ORDER BY value "
-                    "ROWS UNBOUNDED PRECEDING) AS a FROM generate_series(1, 20000))")
-peak = peak_mb(E["FLIGHT_SMALL_PID"])
-check(e is not None and "ResourceExhausted" in e and "array_agg(): the query holds" in e,
-      f"a window aggregate growing past the limit is refused at a row ({e and e.splitlines()[0][:200]})")
-check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
 # A frame covering the whole partition is evaluated once and its value
 # copied to every row of it (8,192 copies of 63 KB: 520 MB): the copies are
 # checked before they are made. A window function copying a value of its
 # frame to each row is checked at each row.
-e = error_of(small, "SELECT sum(length(s)) AS n FROM (SELECT string_agg(repeat('x', 20), ',') OVER () AS s FROM generate_series(1, 8192))")
-peak = peak_mb(E["FLIGHT_SMALL_PID"])
-check(e is not None and "ResourceExhausted" in e and "copied to the 8192 rows of its window frame" in e,
-      f"a window aggregate over a whole partition is refused before its value is copied to each row ({e and e.splitlines()[0][:200]})")
-check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
-e = error_of(small, "SELECT sum(length(x)) AS n FROM (SELECT last_value(b.s) IGNORE NULLS OVER (ORDER BY g.value ROWS UNBOUNDED PRECEDING) AS x "
-                    "FROM generate_series(1, 8192) g LEFT JOIN (SELECT 1 AS k, string_agg(repeat('x', 20), ',') AS s FROM generate_series(1, 3000)) b "
-                    "ON g.value = b.k)")
-peak = peak_mb(E["FLIGHT_SMALL_PID"])
-check(e is not None and "ResourceExhausted" in e and "last_value(): the query holds" in e,
-      f"a window function copying a large value to each row is refused at a row ({e and e.splitlines()[0][:200]})")
-check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
+before = peak_mb(E["FLIGHT_SMALL_PID"])
+for what, refusal, sql in [
+    ("a window aggregate growing past the limit within one batch is refused at a row of it", "string_agg(): the query holds",
+     "SELECT sum(length(s)) AS n FROM (SELECT string_agg(repeat('x', 20), ',') OVER (ORDER BY value "
+     "ROWS UNBOUNDED PRECEDING) AS s FROM generate_series(1, 8192))"),
+    ("a window aggregate growing past the limit is refused at a row", "array_agg(): the query holds",
+     "SELECT sum(cardinality(a)) AS n FROM (SELECT array_agg(value) OVER (ORDER BY value "
+     "ROWS UNBOUNDED PRECEDING) AS a FROM generate_series(1, 20000))"),
+    ("a window aggregate over a whole partition is refused before its value is copied to each row",
+     "copied to the 8192 rows of its window frame",
+     "SELECT sum(length(s)) AS n FROM (SELECT string_agg(repeat('x', 20), ',') OVER () AS s FROM generate_series(1, 8192))"),
+    ("a window function copying a large value to each row is refused at a row", "last_value(): the query holds",
+     "SELECT sum(length(x)) AS n FROM (SELECT last_value(b.s) IGNORE NULLS OVER (ORDER BY g.value ROWS UNBOUNDED PRECEDING) AS x "
+     "FROM generate_series(1, 8192) g LEFT JOIN (SELECT 1 AS k, string_agg(repeat('x', 20), ',') AS s FROM generate_series(1, 3000)) b "
+     "ON g.value = b.k)"),
+]:
+    e = error_of(small, sql)
+    peak = peak_mb(E["FLIGHT_SMALL_PID"])
+    check(e is not None and "ResourceExhausted" in e and refusal in e, f"{what} ({e and e.splitlines()[0][:200]})")
+    check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
 # Those copies are estimated by what one value takes in an array (8 bytes
 # for a sum), so a small value over a large partition is not refused.
 got = query(small, "SELECT max(s) AS s, max(n) AS n, max(c) AS c FROM (SELECT sum(value) OVER () AS s, count(*) OVER () AS n, "
