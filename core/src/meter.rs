@@ -34,6 +34,15 @@
 //!   working for the query (the end of each poll) and before a check: what a
 //!   check reads lags what the query holds by less than 64 KiB per thread
 //!   polling it at that moment.
+//! - A process that runs one query at a time (the FlightSQL service's
+//!   query processes) can also have the allocator end it
+//!   ([`end_process_past`]): past that many bytes held by one query, the
+//!   process exits at once with [`crate::sandbox::EXIT_MEMORY`], checked
+//!   when a thread adds its pending bytes to the query's count and before
+//!   any allocation of 64 KiB or more is made. That bounds what the checks
+//!   above cannot: an operator that copies one value to a whole batch of
+//!   rows in one allocation. The process's host answers the memory error
+//!   and starts another process.
 //!
 //! A query whose meter is dropped stops counting: frees of what it made
 //! afterwards are ignored (each meter has its own generation). There are
@@ -146,6 +155,51 @@ thread_local! {
     static PENDING: Cell<i64> = const { Cell::new(0) };
 }
 
+/// What one query may hold before its process ends; 0: no such limit.
+static PROCESS_LIMIT: AtomicU64 = AtomicU64::new(0);
+
+/// Ends this process (exit status [`crate::sandbox::EXIT_MEMORY`]) as soon
+/// as one query holds more than `bytes`, or is about to allocate past it.
+/// For a process that runs one query at a time, whose host starts another:
+/// nothing unwinds and no handler runs; one line is written to stderr.
+pub fn end_process_past(bytes: u64) {
+    PROCESS_LIMIT.store(bytes, Ordering::Relaxed);
+}
+
+#[cold]
+fn end_process() -> ! {
+    const LINE: &[u8] = b"micromegas_views: a query went past the memory its process may hold; the process ends\n";
+    // SAFETY: writes a static buffer to stderr and ends the process; no
+    // allocation, no unwinding, no exit handler.
+    unsafe {
+        libc::write(2, LINE.as_ptr().cast(), LINE.len());
+        libc::_exit(crate::sandbox::EXIT_MEMORY)
+    }
+}
+
+/// Ends the process if the query of `slot` would hold more than the
+/// process limit with `more` bytes added to what it holds now.
+#[inline]
+fn end_process_if_past(slot: u32, generation: u32, more: i64) {
+    let limit = PROCESS_LIMIT.load(Ordering::Relaxed);
+    if limit == 0 || slot == 0 {
+        return;
+    }
+    let s = &TABLE[slot as usize];
+    if s.generation.load(Ordering::Relaxed) != generation {
+        return;
+    }
+    let pending = if current() == (slot, generation) {
+        PENDING.try_with(Cell::get).unwrap_or(0)
+    } else {
+        0
+    };
+    let held = s.live.load(Ordering::Relaxed).saturating_add(pending).saturating_add(more);
+    if held > limit as i64 {
+        end_process();
+    }
+}
+
 /// Adds `delta` to the count of the meter holding `slot`, if it is still
 /// the one of `generation`.
 #[inline]
@@ -155,7 +209,13 @@ fn add(slot: u32, generation: u32, delta: i64) {
         // A meter dropped (and its slot reused) since: not this query's
         // count any more.
         if s.generation.load(Ordering::Relaxed) == generation {
-            s.live.fetch_add(delta, Ordering::Relaxed);
+            let held = s.live.fetch_add(delta, Ordering::Relaxed) + delta;
+            if delta > 0 {
+                let limit = PROCESS_LIMIT.load(Ordering::Relaxed);
+                if limit != 0 && held > limit as i64 {
+                    end_process();
+                }
+            }
         }
     }
 }
@@ -217,6 +277,10 @@ unsafe impl GlobalAlloc for MeteredAllocator {
             return std::ptr::null_mut();
         };
         let (slot, generation) = tag(ptr).read();
+        let growth = new_size as i64 - layout.size() as i64;
+        if growth >= BATCH {
+            end_process_if_past(slot, generation, growth);
+        }
         let old = Layout::from_size_align_unchecked(layout.size() + pre, pre);
         let base = System.realloc(ptr.sub(pre), old, full);
         if base.is_null() {
@@ -224,7 +288,7 @@ unsafe impl GlobalAlloc for MeteredAllocator {
         }
         // The header moved with the contents: the allocation stays the
         // query's it was made for.
-        count(slot, generation, new_size as i64 - layout.size() as i64);
+        count(slot, generation, growth);
         base.add(pre)
     }
 }
@@ -239,6 +303,10 @@ impl MeteredAllocator {
         let Ok(full) = Layout::from_size_align(size, pre) else {
             return std::ptr::null_mut();
         };
+        if layout.size() as i64 >= BATCH {
+            let (slot, generation) = current();
+            end_process_if_past(slot, generation, layout.size() as i64);
+        }
         let base = if zeroed { System.alloc_zeroed(full) } else { System.alloc(full) };
         if base.is_null() {
             return base;
@@ -518,5 +586,50 @@ mod tests {
         let p = unsafe { made(layout) };
         assert_eq!((a.live(), b.live()), (10, 0));
         unsafe { MeteredAllocator.dealloc(p, layout) };
+    }
+
+    /// Run in a process of its own (the test below starts it): allocations
+    /// under the limit are made, the first that would pass it ends the
+    /// process before it is made, and so does a count growing past it in
+    /// small steps.
+    #[test]
+    fn process_limit_child() {
+        let Ok(how) = std::env::var("MMV_METER_LIMIT_CHILD") else {
+            return;
+        };
+        end_process_past(8 << 20);
+        let meter = QueryMeter::new(1 << 40);
+        let _in = meter.enter();
+        let below = Layout::from_size_align(6 << 20, 8).unwrap();
+        let p = unsafe { made(below) };
+        assert!(!p.is_null());
+        println!("under the limit: made");
+        if how == "one" {
+            // 6 + 4 MiB: refused before the 4 MiB are asked of the system.
+            let _ = unsafe { made(Layout::from_size_align(4 << 20, 8).unwrap()) };
+        } else {
+            let small = Layout::from_size_align(1000, 8).unwrap();
+            for _ in 0..4_000 {
+                let _ = unsafe { made(small) };
+            }
+        }
+        println!("past the limit: still running");
+    }
+
+    #[test]
+    fn a_query_past_the_process_limit_ends_its_process_with_the_memory_status() {
+        for how in ["one", "steps"] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "meter::tests::process_limit_child", "--nocapture", "--test-threads=1"])
+                .env("MMV_METER_LIMIT_CHILD", how)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(crate::sandbox::EXIT_MEMORY), "{how}: {stdout} {stderr}");
+            assert!(stdout.contains("under the limit: made"), "{how}: {stdout}");
+            assert!(!stdout.contains("still running"), "{how}: {stdout}");
+            assert!(stderr.contains("went past the memory its process may hold"), "{how}: {stderr}");
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod access;
 pub mod functions;
+pub mod processes;
 pub mod service;
 pub mod state;
 pub mod tables;

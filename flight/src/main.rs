@@ -4,6 +4,7 @@
 use arrow_flight::flight_service_server::FlightServiceServer;
 use clap::Parser;
 use micromegas_views_client::keys::KeyFile;
+use micromegas_views_flight::processes::QueryProcesses;
 use micromegas_views_flight::service::FlightSql;
 use micromegas_views_flight::state::{Settings, State};
 use micromegas_views_lakehouse::lake::Lake;
@@ -73,6 +74,17 @@ struct Args {
     /// is read, for the same reason.
     #[arg(long, default_value_t = 20_000)]
     max_query_expressions: usize,
+    /// Memory, in MiB, past which a query's process is ended (each query
+    /// runs in a process of its own, one of --max-concurrent-queries):
+    /// what --query-memory-mb's checks cannot stop in time, an operator
+    /// copying a value to a whole batch of rows, ends that query only.
+    /// Default: twice --query-memory-mb, plus 256.
+    #[arg(long)]
+    query_process_mb: Option<usize>,
+    /// Serve as one of a service's query processes on this Unix socket (the
+    /// service starts them itself).
+    #[arg(long, hide = true)]
+    query_process: Option<PathBuf>,
 }
 
 fn pool(dsn: &str, size: usize, what: &str) -> Result<deadpool_postgres::Pool, String> {
@@ -148,7 +160,22 @@ fn main() -> ExitCode {
                 expressions: args.max_query_expressions,
             },
         };
+        let process_mb = args
+            .query_process_mb
+            .unwrap_or(2 * args.query_memory_mb + 256)
+            .max(args.query_memory_mb);
+        if let Some(socket) = &args.query_process {
+            return serve_queries(settings, query_runtime.handle().clone(), socket, process_mb).await;
+        }
         let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
+        let queries = QueryProcesses::start(
+            exe,
+            std::env::args_os().skip(1).collect(),
+            args.max_concurrent_queries,
+            process_mb,
+        )
+        .await?;
         let address = args
             .listen
             .parse()
@@ -159,7 +186,11 @@ fn main() -> ExitCode {
         let bound = listener.local_addr().map_err(|e| e.to_string())?;
         // The line a supervisor (or a test) waits for.
         println!("micromegas-views-flight: listening on {bound}");
-        let service = FlightServiceServer::new(FlightSql { state })
+        let service = FlightServiceServer::new(FlightSql {
+            state,
+            queries: Some(queries),
+            forwarded: false,
+        })
             .max_decoding_message_size(16 << 20)
             .max_encoding_message_size(64 << 20);
         tonic::transport::Server::builder()
@@ -178,6 +209,42 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
+}
+
+/// A query process: the service's own state, one query at a time, its
+/// FlightSQL on `socket` for the front that started it, ended by the
+/// allocator past `process_mb`
+/// ([`micromegas_views_flight::processes`]).
+async fn serve_queries(
+    mut settings: Settings,
+    query_runtime: tokio::runtime::Handle,
+    socket: &std::path::Path,
+    process_mb: usize,
+) -> Result<(), String> {
+    settings.max_concurrent_queries = 1;
+    micromegas_views_lakehouse::meter::end_process_past((process_mb as u64) << 20);
+    let state = Arc::new(State::start(settings, query_runtime).await?);
+    let listener = tokio::net::UnixListener::bind(socket)
+        .map_err(|e| format!("cannot listen on {}: {e}", socket.display()))?;
+    println!("{}", micromegas_views_flight::processes::READY_LINE);
+    let service = FlightServiceServer::new(FlightSql {
+        state,
+        queries: None,
+        forwarded: true,
+    })
+    .max_decoding_message_size(16 << 20)
+    .max_encoding_message_size(64 << 20);
+    let incoming = futures::stream::unfold(listener, |listener| async move {
+        let next = listener.accept().await.map(|(stream, _)| stream);
+        Some((next, listener))
+    });
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async {
+            tokio::signal::ctrl_c().await.ok();
+        })
+        .await
+        .map_err(|e| format!("the query process stopped: {e}"))
 }
 
 fn tokio_stream_listener(

@@ -5,6 +5,7 @@
 //! lists views with.
 
 use crate::access::{identify, Caller};
+use crate::processes::{self, QueryProcesses};
 use crate::state::{Answer, State};
 use arrow_flight::encode::{DictionaryHandling, FlightDataEncoderBuilder};
 use arrow_flight::error::FlightError;
@@ -39,6 +40,11 @@ pub const SCHEMA: &str = "public";
 #[derive(Clone)]
 pub struct FlightSql {
     pub state: Arc<State>,
+    /// Where statements are executed (the front); `None`: here.
+    pub queries: Option<Arc<QueryProcesses>>,
+    /// Whether this is a query process, whose calls come from its front
+    /// (which sets the caller's address and the versions to wait for).
+    pub forwarded: bool,
 }
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
@@ -104,12 +110,30 @@ fn flight_info(schema: &Schema, ticket: Vec<u8>, descriptor: FlightDescriptor) -
 
 impl FlightSql {
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
-        identify(
-            &self.state.settings.keys,
-            &self.state.admins,
-            request.metadata(),
-            request.remote_addr(),
-        )
+        let remote = if self.forwarded {
+            processes::peer_of(request.metadata())
+        } else {
+            request.remote_addr()
+        };
+        identify(&self.state.settings.keys, &self.state.admins, request.metadata(), remote)
+    }
+
+    /// A statement's answer: run in a query process when this service has
+    /// them (but DDL, which runs in Postgres), here otherwise.
+    async fn statement(&self, request: Request<Ticket>, sql: String) -> Result<Response<DoGetStream>, Status> {
+        let caller = self.caller(&request)?;
+        if let Some(queries) = &self.queries {
+            if crate::functions::ddl_kind(&sql).is_none() {
+                let deadline = tokio::time::Instant::now() + self.state.settings.query_timeout;
+                return queries.do_get(request, self.state.versions(), deadline).await;
+            }
+        }
+        if self.forwarded {
+            if let Some(versions) = processes::versions_of(request.metadata()) {
+                self.state.wait_for_versions(versions, std::time::Duration::from_secs(2)).await;
+            }
+        }
+        self.answer(&caller, &sql).await
     }
 
     /// A metadata command's FlightInfo: the caller checked, the builder's
@@ -219,9 +243,8 @@ impl FlightSqlService for FlightSql {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        let caller = self.caller(&request)?;
         let sql = statement_text(&ticket.statement_handle)?;
-        self.answer(&caller, &sql).await
+        self.statement(request, sql).await
     }
 
     async fn do_action_create_prepared_statement(
@@ -273,9 +296,8 @@ impl FlightSqlService for FlightSql {
         query: CommandPreparedStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
-        let caller = self.caller(&request)?;
         let sql = statement_text(&query.prepared_statement_handle)?;
-        self.answer(&caller, &sql).await
+        self.statement(request, sql).await
     }
 
     /// Parameters are not supported: a statement carries its values.

@@ -192,6 +192,23 @@ impl State {
         Ok(state)
     }
 
+    /// The versions of the definitions, the deny list and the grants held.
+    pub fn versions(&self) -> [i64; 3] {
+        [
+            self.definitions.get().version,
+            self.deny.get().version,
+            self.grants.get().version,
+        ]
+    }
+
+    /// Waits (at most `limit` for each) until the definitions, the deny
+    /// list and the grants are at `versions` or later.
+    pub async fn wait_for_versions(&self, versions: [i64; 3], limit: Duration) {
+        self.definitions.wait_for(versions[0], limit).await;
+        self.deny.wait_for(versions[1], limit).await;
+        self.grants.wait_for(versions[2], limit).await;
+    }
+
     /// Every view set, from the live definitions and the built-ins.
     pub async fn view_sets(&self) -> Result<Arc<Vec<ViewSet>>, Status> {
         let snapshot = self.definitions.get();

@@ -28,7 +28,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-pub use micromegas_views_core::meter::{installed, MeteredAllocator, QueryMeter as Meter};
+pub use micromegas_views_core::meter::{end_process_past, installed, MeteredAllocator, QueryMeter as Meter};
 
 /// Runs `work` with every poll attributed to `meter`'s query. When `work`
 /// ends, or is dropped before it ends (its task aborted at a deadline or

@@ -8,7 +8,7 @@ Environment: FLIGHT (grpc://host:port), DAEMON (the daemon binary), LAKE
 daemon and for psql), DB (the database), BEGIN, END, and the keys
 ADMIN_KEY, ALICE_KEY (groups team-a), BOB_KEY (no group).
 """
-import os, subprocess, sys, time
+import os, subprocess, sys, threading, time
 import duckdb
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -289,10 +289,29 @@ check(e is None, f"the next query got the only slot and answered after {took:.2f
 # aggregate's next step refuses. The service's CPU time (the kernel's
 # count) over the three seconds after the answer shows whether that work
 # went on (three seconds of it, with one core computing the batch) or not.
+# The service is its front process and the query processes it started
+# (each query runs in one of them): its CPU time is theirs together.
+def service_pids(pid):
+    pids = [pid]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == int(pid):
+                        pids.append(entry)
+            except (OSError, ValueError, IndexError):
+                pass
+    return pids
 def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in service_pids(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 # The same holds for a window function evaluated row by row over a frame
 # covering the whole partition (nth_value past the frame's end, with
 # IGNORE NULLS, reads every row of it for each row).
@@ -350,9 +369,15 @@ short.close()
 # count, VmHWM) grows by less than 160 MB over the two (each refused past
 # 64 MB; before that check, about 790 MB for the first batch of the
 # second), and the service answers the next query.
+def process_peak_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) // 1024
+    except OSError:
+        return 0
+# The service's peak: its processes' peaks together.
 def peak_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) // 1024
+    return sum(process_peak_mb(p) for p in service_pids(pid))
 small = connect(E["BOB_KEY"], address=E["FLIGHT_SMALL"])
 e = error_of(small, "SELECT length(repeat(m, 30000000) || repeat(m, 30000001) || repeat(m, 30000002)) AS n "
                     "FROM (SELECT left(max(msg), 1) AS m FROM log_entries)")
@@ -396,6 +421,43 @@ for what, refusal, sql in [
     peak = peak_mb(E["FLIGHT_SMALL_PID"])
     check(e is not None and "ResourceExhausted" in e and refusal in e, f"{what} ({e and e.splitlines()[0][:200]})")
     check(peak - before < 160, f"the service's peak resident memory grew by {peak - before} MB ({before} to {peak} MB)")
+# What no check can stop in time: an operator copying one value to each
+# row of a batch in one allocation (a cross join with a one-row side, a
+# scalar subquery's value broadcast to every row: 8,192 copies of an
+# 800 KB list, 6.5 GB). Each query runs in a process of its own, which
+# ends past --query-process-mb (384 MB here): that query is answered
+# RESOURCE_EXHAUSTED, the service's front does not grow, and queries
+# running at the same time in other processes answer. Without query
+# processes, the service itself aborted on the allocation.
+front_before = process_peak_mb(E["FLIGHT_SMALL_PID"])
+side_results = []
+side = connect(E["ALICE_KEY"], address=E["FLIGHT_SMALL"])
+side_expected = query(side, "SELECT count(*) AS c FROM blocks").to_pylist()[0]["c"]
+def side_queries():
+    for _ in range(6):
+        try:
+            side_results.append(query(side, "SELECT count(*) AS c FROM blocks").to_pylist()[0]["c"])
+        except Exception as ex:  # the driver's error, as a client sees it
+            side_results.append(str(ex).splitlines()[0])
+    side.close()
+side_thread = threading.Thread(target=side_queries)
+side_thread.start()
+for what, sql in [
+    ("a cross join copying a list to 8,192 rows",
+     "SELECT max(cardinality(t.v)) AS n FROM (SELECT range(0, 100000) AS v) t CROSS JOIN generate_series(1, 8192) g"),
+    ("a scalar subquery's list broadcast to 8,192 rows",
+     "SELECT max(cardinality(v)) AS n FROM (SELECT (SELECT range(0, 100000)) AS v FROM generate_series(1, 8192))"),
+]:
+    e = error_of(small, sql)
+    check(e is not None and "ResourceExhausted" in e and "its process may hold" in e,
+          f"{what} ends its query's process, answered RESOURCE_EXHAUSTED ({e and e.splitlines()[0][:220]})")
+side_thread.join()
+check(side_expected > 0 and side_results == [side_expected] * 6,
+      f"queries of another caller running meanwhile answered, each {side_expected}: {side_results}")
+front_after = process_peak_mb(E["FLIGHT_SMALL_PID"])
+check(front_after - front_before < 50, f"the service's front grew by {front_after - front_before} MB ({front_before} to {front_after} MB)")
+got = query(small, "SELECT max(cardinality(t.v)) AS n, count(*) AS c FROM (SELECT range(0, 100000) AS v) t CROSS JOIN generate_series(1, 20) g").to_pylist()
+check(got == [{"n": 100000, "c": 20}], f"the same copies under the limit answer in a new process: {got}")
 # Those copies are estimated by what one value takes in an array (8 bytes
 # for a sum), so a small value over a large partition is not refused.
 got = query(small, "SELECT max(s) AS s, max(n) AS n, max(c) AS c FROM (SELECT sum(value) OVER () AS s, count(*) OVER () AS n, "

@@ -1,0 +1,341 @@
+//! Query processes: every query's DataFusion work runs in a process of its
+//! own, one query at a time, so that a query past its memory ends that
+//! process and not the service.
+//!
+//! A query's meter refuses it where an error can be returned (after an
+//! operator's batch, before a call that can grow its input, at every step
+//! of an aggregate). Between two checks an operator can still copy one
+//! value to a whole batch of rows in one allocation — a cross join, a
+//! scalar subquery's value broadcast, `unnest` — and an allocation that
+//! fails aborts the process it is made in. So the service (the *front*)
+//! authenticates calls, answers metadata and DDL and plans `GetFlightInfo`
+//! itself, and hands each statement's `DoGet` to a query process: the same
+//! binary started with `--query-process <socket>`, serving FlightSQL on a
+//! Unix socket in a directory only the service's user can open. There the
+//! allocator ends the process (exit status
+//! [`micromegas_views_core::sandbox::EXIT_MEMORY`]) as soon as the query
+//! holds more than `--query-process-mb`, or is about to allocate past it
+//! ([`micromegas_views_core::meter::end_process_past`]); the front answers
+//! RESOURCE_EXHAUSTED and starts another process for the next query.
+//!
+//! The forwarded call carries the caller's own headers (the query process
+//! authenticates it again with the same key file and checks the deny list
+//! itself), the caller's address (the front's only: a caller's own value is
+//! dropped), and the versions of the catalog, deny list and grants the
+//! front holds, which the query process waits for: what the caller's DDL
+//! just changed is what its next query sees.
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{FlightData, Ticket};
+use futures::{stream, Stream, StreamExt};
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+use tonic::metadata::{MetadataMap, MetadataValue};
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Response, Status};
+
+/// The header a query process reads the caller's address from.
+pub const PEER_HEADER: &str = "x-micromegas-views-peer";
+/// The header a query process reads the versions it must have reached
+/// from (definitions, deny list, grants).
+pub const VERSIONS_HEADER: &str = "x-micromegas-views-versions";
+/// The line a query process prints once it serves.
+pub const READY_LINE: &str = "micromegas-views-flight: query process ready";
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send>>;
+
+/// A started query process and its channel.
+struct QueryProcess {
+    child: tokio::process::Child,
+    client: FlightServiceClient<Channel>,
+}
+
+impl QueryProcess {
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+/// The query processes of a service: at most `permits` at work at once,
+/// kept between queries, a new one started for each that ended.
+pub struct QueryProcesses {
+    exe: PathBuf,
+    args: Vec<OsString>,
+    dir: PathBuf,
+    idle: Mutex<Vec<QueryProcess>>,
+    permits: Arc<Semaphore>,
+    next: AtomicU64,
+    /// What one query may hold before its process ends, in MiB.
+    limit_mb: usize,
+    /// How long a process may take to start.
+    start_timeout: Duration,
+}
+
+impl QueryProcesses {
+    /// `count` processes of `exe` started with `args` and `--query-process
+    /// <socket>`, their sockets in a new directory only this user can open.
+    pub async fn start(exe: PathBuf, args: Vec<OsString>, count: usize, limit_mb: usize) -> Result<Arc<Self>, String> {
+        let dir = std::env::temp_dir().join(format!(
+            "micromegas-views-flight-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0)
+        ));
+        {
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+        let pool = Arc::new(QueryProcesses {
+            exe,
+            args,
+            dir,
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(count.max(1))),
+            next: AtomicU64::new(0),
+            limit_mb,
+            start_timeout: Duration::from_secs(60),
+        });
+        let started = futures::future::join_all((0..count.max(1)).map(|_| pool.spawn())).await;
+        for process in started {
+            let process = process.map_err(|s| s.message().to_string())?;
+            pool.idle.lock().expect("idle lock").push(process);
+        }
+        Ok(pool)
+    }
+
+    async fn spawn(&self) -> Result<QueryProcess, Status> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let socket = self.dir.join(format!("q{n}.sock"));
+        let _ = std::fs::remove_file(&socket);
+        let mut command = tokio::process::Command::new(&self.exe);
+        command
+            .args(&self.args)
+            .arg("--query-process")
+            .arg(&socket)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        // SAFETY: between fork and exec only prctl, which is
+        // async-signal-safe: the process dies with the service.
+        unsafe {
+            command.pre_exec(|| {
+                #[cfg(target_os = "linux")]
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+                Ok(())
+            });
+        }
+        let mut child = command
+            .spawn()
+            .map_err(|e| Status::unavailable(format!("cannot start a query process: {e}")))?;
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let ready = tokio::time::timeout(self.start_timeout, async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if line == READY_LINE {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        if ready != Ok(true) {
+            child.kill().await.ok();
+            return Err(Status::unavailable(
+                "a query process did not start (its reason is in the service's log)",
+            ));
+        }
+        // Whatever else it prints goes on being read, so that it never
+        // blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        let client = connect(&socket).await.map_err(|e| {
+            Status::unavailable(format!("cannot connect to a query process: {e}"))
+        })?;
+        // The query process's server bounds the messages it sends.
+        let client = FlightServiceClient::new(client).max_decoding_message_size(usize::MAX);
+        Ok(QueryProcess { child, client })
+    }
+
+    /// A process for one query, waited for until `deadline`.
+    async fn lease(self: &Arc<Self>, deadline: Instant) -> Result<Lease, Status> {
+        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
+            .await
+            .map_err(|_| Status::resource_exhausted("too many queries running: none finished before this one's deadline"))?
+            .map_err(|_| Status::unavailable("the service is stopping"))?;
+        let idle = {
+            let mut idle = self.idle.lock().expect("idle lock");
+            let mut found = None;
+            while let Some(mut p) = idle.pop() {
+                if p.alive() {
+                    found = Some(p);
+                    break;
+                }
+            }
+            found
+        };
+        let process = match idle {
+            Some(p) => p,
+            None => tokio::time::timeout_at(deadline, self.spawn())
+                .await
+                .map_err(|_| Status::unavailable("a query process did not start before the query's deadline"))??,
+        };
+        Ok(Lease {
+            process: Some(process),
+            pool: self.clone(),
+            _permit: permit,
+        })
+    }
+
+    /// Runs a statement's `DoGet` in a query process and streams its
+    /// answer back; the process's end while it runs is answered for what it
+    /// was.
+    pub async fn do_get(
+        self: &Arc<Self>,
+        request: Request<Ticket>,
+        versions: [i64; 3],
+        deadline: Instant,
+    ) -> Result<Response<DoGetStream>, Status> {
+        let peer = request.remote_addr();
+        let (metadata, _, ticket) = request.into_parts();
+        let mut lease = self.lease(deadline).await?;
+        let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions), Default::default(), ticket);
+        let mut client = lease.process.as_ref().expect("a leased process").client.clone();
+        let answer = match client.do_get(forwarded).await {
+            Ok(answer) => answer,
+            Err(status) => return Err(lease.explain(status).await),
+        };
+        let (metadata, inner, extensions) = answer.into_parts();
+        let out = stream::unfold(Some((inner, lease)), |state| async move {
+            let (mut inner, mut lease) = state?;
+            match inner.next().await {
+                None => None,
+                Some(Ok(data)) => Some((Ok(data), Some((inner, lease)))),
+                Some(Err(status)) => {
+                    let status = lease.explain(status).await;
+                    Some((Err(status), None))
+                }
+            }
+        });
+        Ok(Response::from_parts(metadata, Box::pin(out) as DoGetStream, extensions))
+    }
+}
+
+impl Drop for QueryProcesses {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The caller's headers without the ones only the front may set, and the
+/// front's own.
+fn forwarded_metadata(mut metadata: MetadataMap, peer: Option<SocketAddr>, versions: [i64; 3]) -> MetadataMap {
+    metadata.remove(PEER_HEADER);
+    metadata.remove(VERSIONS_HEADER);
+    if let Some(peer) = peer {
+        if let Ok(v) = MetadataValue::try_from(peer.to_string()) {
+            metadata.insert(PEER_HEADER, v);
+        }
+    }
+    let versions = format!("{},{},{}", versions[0], versions[1], versions[2]);
+    metadata.insert(VERSIONS_HEADER, MetadataValue::try_from(versions).expect("digits and commas"));
+    metadata
+}
+
+/// The versions a forwarded call carries.
+pub fn versions_of(metadata: &MetadataMap) -> Option<[i64; 3]> {
+    let text = metadata.get(VERSIONS_HEADER)?.to_str().ok()?;
+    let mut parts = text.split(',').map(|p| p.parse::<i64>().ok());
+    Some([parts.next()??, parts.next()??, parts.next()??])
+}
+
+/// The caller's address a forwarded call carries.
+pub fn peer_of(metadata: &MetadataMap) -> Option<SocketAddr> {
+    metadata.get(PEER_HEADER)?.to_str().ok()?.parse().ok()
+}
+
+/// One query's process, given back when the query's answer is dropped
+/// (kept if it still runs, forgotten if it ended).
+struct Lease {
+    process: Option<QueryProcess>,
+    pool: Arc<QueryProcesses>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lease {
+    /// `status` as the caller should read it: when the process ended under
+    /// the query, why it ended.
+    async fn explain(&mut self, status: Status) -> Status {
+        let Some(process) = self.process.as_mut() else {
+            return status;
+        };
+        // The stream breaks as the process exits; its status is there a
+        // moment later.
+        let mut ended = None;
+        for _ in 0..50 {
+            match process.child.try_wait() {
+                Ok(Some(s)) => {
+                    ended = Some(s);
+                    break;
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
+                Err(_) => break,
+            }
+        }
+        let Some(ended) = ended else {
+            return status;
+        };
+        use std::os::unix::process::ExitStatusExt;
+        if ended.code() == Some(micromegas_views_core::sandbox::EXIT_MEMORY) {
+            tracing::warn!(limit_mb = self.pool.limit_mb, "a query went past the memory its process may hold; its process ended");
+            return Status::resource_exhausted(format!(
+                "the query needs more memory than a query may use: it went past the {} MiB its process may hold \
+                 (--query-process-mb), and its process was ended",
+                self.pool.limit_mb
+            ));
+        }
+        tracing::error!(status = %ended, "a query process ended while it ran a query");
+        Status::internal(format!(
+            "the query failed: its process ended ({})",
+            match ended.signal() {
+                Some(signal) => format!("signal {signal}"),
+                None => ended.to_string(),
+            }
+        ))
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.process.take() {
+            if process.alive() {
+                self.pool.idle.lock().expect("idle lock").push(process);
+            }
+        }
+    }
+}
+
+/// A channel to the query process serving on `socket`.
+async fn connect(socket: &Path) -> Result<Channel, tonic::transport::Error> {
+    let socket = socket.to_path_buf();
+    // The URI is not used: every connection is the socket's.
+    Endpoint::from_static("http://query-process")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let socket = socket.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await?))
+            }
+        }))
+        .await
+}
