@@ -159,6 +159,7 @@ fn main() -> ExitCode {
                 selects: args.max_query_selects,
                 expressions: args.max_query_expressions,
             },
+            watch: args.query_process.is_none(),
         };
         let process_mb = args
             .query_process_mb

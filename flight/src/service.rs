@@ -130,7 +130,7 @@ impl FlightSql {
         }
         if self.forwarded {
             if let Some(versions) = processes::versions_of(request.metadata()) {
-                self.state.wait_for_versions(versions, std::time::Duration::from_secs(2)).await;
+                self.state.reach_versions(versions, std::time::Duration::from_secs(2)).await;
             }
         }
         self.answer(&caller, &sql).await

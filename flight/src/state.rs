@@ -51,31 +51,43 @@ pub struct Settings {
     pub max_statement_bytes: usize,
     /// The most tables and SELECT blocks a statement may hold.
     pub max_query_shape: micromegas_views_core::planner::QueryShape,
+    /// Whether the definitions, deny list and grants are watched (a
+    /// connection each: `LISTEN`, polling as a fallback). A query process
+    /// does not watch: each call says which versions it must have reached,
+    /// and it loads them then.
+    pub watch: bool,
 }
 
-/// A value kept current by a watcher, loaded once before serving.
+/// A value loaded once before serving, then kept current by a watcher
+/// (`LISTEN`, polling as a fallback) or, without one, loaded again when a
+/// later version is asked for ([`Live::reach`]).
 pub struct Live<S: Source> {
     current: Arc<RwLock<Arc<S::Value>>>,
-    _watching: Watching<S>,
+    _watching: Option<Watching<S>>,
 }
 
 impl<S: Source> Live<S> {
-    pub async fn start(client: &tokio_postgres::Client, config: Config) -> Result<Self, String> {
+    /// `watch`: `Some(config)` to keep it current with a watcher of its
+    /// own (one connection), `None` to load it again only when asked.
+    pub async fn start(client: &tokio_postgres::Client, watch: Option<Config>) -> Result<Self, String> {
         let first = S::load(client)
             .await
             .map_err(|e| format!("cannot load the {}: {}", S::NAME, crate::describe_db_error(&e)))?;
         let current = Arc::new(RwLock::new(Arc::new(first)));
-        let watching = Watching::<S>::spawn(config);
-        let mut receiver = watching.subscribe();
-        let target = current.clone();
-        tokio::spawn(async move {
-            while receiver.changed().await.is_ok() {
-                let value = receiver.borrow_and_update().clone();
-                let mut current = target.write().expect("live lock");
-                if S::version_of(&value) >= S::version_of(&current) {
-                    *current = value;
+        let watching = watch.map(|config| {
+            let watching = Watching::<S>::spawn(config);
+            let mut receiver = watching.subscribe();
+            let target = current.clone();
+            tokio::spawn(async move {
+                while receiver.changed().await.is_ok() {
+                    let value = receiver.borrow_and_update().clone();
+                    let mut current = target.write().expect("live lock");
+                    if S::version_of(&value) >= S::version_of(&current) {
+                        *current = value;
+                    }
                 }
-            }
+            });
+            watching
         });
         Ok(Live {
             current,
@@ -98,6 +110,39 @@ impl<S: Source> Live<S> {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Brings the value to `version` or later (at most `limit`): waits for
+    /// the watcher, or, without one, loads it from `pool` until it is
+    /// there (a hot standby may not have replayed it yet).
+    pub async fn reach(&self, version: i64, pool: &deadpool_postgres::Pool, limit: Duration) -> bool {
+        if self._watching.is_some() {
+            return self.wait_for(version, limit).await;
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            if S::version_of(&self.get()) >= version {
+                return true;
+            }
+            if let Ok(object) = pool.get().await {
+                match S::load(&object).await {
+                    Ok(value) => {
+                        let mut current = self.current.write().expect("live lock");
+                        if S::version_of(&value) >= S::version_of(&current) {
+                            *current = Arc::new(value);
+                        }
+                    }
+                    Err(e) => tracing::warn!("cannot load the {}: {}", S::NAME, crate::describe_db_error(&e)),
+                }
+            }
+            if S::version_of(&self.get()) >= version {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }
@@ -170,7 +215,7 @@ impl State {
             .get()
             .await
             .map_err(|e| format!("cannot connect to the catalog: {e}"))?;
-        let config = Config::new(settings.catalog_dsn.clone());
+        let config = settings.watch.then(|| Config::new(settings.catalog_dsn.clone()));
         let definitions = Live::start(&catalog, config.clone()).await?;
         let deny = Live::start(&catalog, config.clone()).await?;
         let grants = Live::start(&catalog, config).await?;
@@ -201,12 +246,13 @@ impl State {
         ]
     }
 
-    /// Waits (at most `limit` for each) until the definitions, the deny
-    /// list and the grants are at `versions` or later.
-    pub async fn wait_for_versions(&self, versions: [i64; 3], limit: Duration) {
-        self.definitions.wait_for(versions[0], limit).await;
-        self.deny.wait_for(versions[1], limit).await;
-        self.grants.wait_for(versions[2], limit).await;
+    /// Brings the definitions, the deny list and the grants to `versions`
+    /// or later (at most `limit` for each).
+    pub async fn reach_versions(&self, versions: [i64; 3], limit: Duration) {
+        let pool = &self.settings.catalog;
+        self.definitions.reach(versions[0], pool, limit).await;
+        self.deny.reach(versions[1], pool, limit).await;
+        self.grants.reach(versions[2], pool, limit).await;
     }
 
     /// Every view set, from the live definitions and the built-ins.
