@@ -280,17 +280,21 @@ impl Lease {
         let Some(process) = self.process.as_mut() else {
             return status;
         };
-        // The stream breaks as the process exits; its status is there a
-        // moment later.
+        // A status the query process answered is passed on as it is; a
+        // broken connection (a status with a transport error as its
+        // source) is explained by the process's end, whose status is there
+        // a moment after its socket closes.
+        let broken = std::error::Error::source(&status).is_some();
         let mut ended = None;
-        for _ in 0..50 {
+        let attempts = if broken { 50 } else { 1 };
+        for attempt in 1..=attempts {
             match process.child.try_wait() {
                 Ok(Some(s)) => {
                     ended = Some(s);
                     break;
                 }
-                Ok(None) => tokio::time::sleep(Duration::from_millis(20)).await,
-                Err(_) => break,
+                Ok(None) if attempt < attempts => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => break,
             }
         }
         let Some(ended) = ended else {

@@ -158,18 +158,90 @@ pub async fn materialize_bucket(
     mode: Mode,
     checked: &CheckedFiles,
 ) -> Result<BucketReport> {
+    let (prior, computed) = compute_bucket(lake, client, sets, view, begin, end, mode, checked, None).await;
+    prior?;
+    match computed? {
+        Computed::Done(report) => Ok(report),
+        Computed::Written(written) => written.record(client, view).await,
+    }
+}
+
+/// A bucket whose object is written and not yet recorded.
+struct Unrecorded {
+    report: BucketReport,
+    source_count: i64,
+    written: Written,
+}
+
+impl Unrecorded {
+    /// Records the partition with the extension's swap (one statement, one
+    /// transaction): what it supersedes is retired.
+    async fn record(self, client: &Client, view: &ViewSet) -> Result<BucketReport> {
+        let r = &self.report;
+        catalog::record(client, &view.name, r.begin, r.end, &view.schema_hash, self.source_count, &self.written).await?;
+        Ok(self.report)
+    }
+}
+
+/// What a bucket came to: nothing to record (skipped), or an object
+/// written that its partition row must now name.
+enum Computed {
+    Done(BucketReport),
+    Written(Unrecorded),
+}
+
+/// Decides and writes one bucket, and records `prior` (the previous
+/// bucket of the range, written and not yet recorded) meanwhile: its
+/// statement runs while this bucket's session is made and its source
+/// counted, and ends before this bucket reads the catalog's partitions,
+/// so that every decision sees every partition recorded before it. Answers
+/// the prior's outcome (its report once recorded) and this bucket's.
+#[allow(clippy::too_many_arguments)]
+async fn compute_bucket(
+    lake: &Lake,
+    client: &Client,
+    sets: &[ViewSet],
+    view: &ViewSet,
+    begin: DateTime<Utc>,
+    end: DateTime<Utc>,
+    mode: Mode,
+    checked: &CheckedFiles,
+    prior: Option<Unrecorded>,
+) -> (Result<Option<BucketReport>>, Result<Computed>) {
     // What the bucket's queries hold is bounded as a whole
     // (MICROMEGAS_VIEWS_MEMORY_MB; crate::meter).
     let meter = crate::meter::Meter::new(read::memory_limit() as u64);
-    crate::meter::run(meter.clone(), async {
+    let mut recorded: Result<Option<BucketReport>> = Ok(None);
+    let computed = crate::meter::run(meter.clone(), async {
         let started = Instant::now();
-        let q = queries(view)?;
-        // Only what the view's queries read is registered (the catalog's
-        // `reads`: every relation their planning resolved).
-        let read = read::closure(sets, &view.reads);
-        let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked, Some(meter.clone())).await?;
-        let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
-        let existing = catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?;
+        let recording = async {
+            match prior {
+                Some(p) => p.record(client, view).await.map(Some),
+                None => Ok(None),
+            }
+        };
+        let reading = async {
+            let q = queries(view)?;
+            // Only what the view's queries read is registered (the
+            // catalog's `reads`: every relation their planning resolved).
+            let read = read::closure(sets, &view.reads);
+            let ctx = read::session(lake, client, &read, Some((begin, end)), Some(&view.name), checked, Some(meter.clone())).await?;
+            let source_count = count(&ctx, &view.name, &substitute(&q.count_src, begin, end)).await?;
+            Ok::<_, Error>((q, ctx, source_count))
+        };
+        let (prior_outcome, read) = tokio::join!(recording, reading);
+        let prior_failed = prior_outcome.is_err();
+        recorded = prior_outcome;
+        if prior_failed {
+            return Err(Error::msg("not written: the previous bucket could not be recorded"));
+        }
+        let (q, ctx, source_count) = read?;
+        // A regeneration writes the bucket whatever it holds (the swap
+        // retires it): only a freshness check reads what exists.
+        let existing = match mode {
+            Mode::Always => Vec::new(),
+            Mode::IfStale => catalog::partitions(client, &view.name, &view.schema_hash, Some((begin, end))).await?,
+        };
         let decision = match mode {
             Mode::Always => Decision::Create,
             Mode::IfStale => decide(&existing, begin, end, source_count),
@@ -185,7 +257,7 @@ pub async fn materialize_bucket(
             seconds: started.elapsed().as_secs_f64(),
         };
         let sql = match decision {
-            Decision::Skip(_) => return Ok(report(0, 0)),
+            Decision::Skip(_) => return Ok(Computed::Done(report(0, 0))),
             Decision::Create => substitute(&q.extract, begin, end),
             Decision::Merge => {
                 let files: Vec<String> = existing
@@ -199,10 +271,14 @@ pub async fn materialize_bucket(
             }
         };
         let written = write(lake, &ctx, view, q, &sql, begin, end).await?;
-        catalog::record(client, &view.name, begin, end, &view.schema_hash, source_count, &written).await?;
-        Ok(report(written.num_rows, written.file_size))
+        Ok(Computed::Written(Unrecorded {
+            report: report(written.num_rows, written.file_size),
+            source_count,
+            written,
+        }))
     })
-    .await
+    .await;
+    (recorded, computed)
 }
 
 /// Runs `sql` and streams its rows into one new Parquet object, checking
@@ -406,15 +482,34 @@ pub async fn materialize_range(
         (Mode::IfStale, Widths::Merge) => vec![],
         (Mode::IfStale, _) => vec![q.source_delta_seconds],
     };
+    // Each bucket's partition is recorded while the next bucket is counted
+    // (compute_bucket): the range's buckets do not wait for the catalog's
+    // commits in turn. An object whose record fails is an orphan, as after
+    // a crash between the two (`gc`).
+    let mut pending: Option<Unrecorded> = None;
     for delta in deltas {
         for (b, e) in buckets(begin, end, delta) {
             if stop() {
-                return Ok(reports);
+                break;
             }
-            let r = materialize_bucket(lake, client, sets, view, b, e, mode, checked).await?;
-            each(&r);
-            reports.push(r);
+            let (prior, computed) = compute_bucket(lake, client, sets, view, b, e, mode, checked, pending.take()).await;
+            if let Some(r) = prior? {
+                each(&r);
+                reports.push(r);
+            }
+            match computed? {
+                Computed::Done(r) => {
+                    each(&r);
+                    reports.push(r);
+                }
+                Computed::Written(w) => pending = Some(w),
+            }
         }
+    }
+    if let Some(w) = pending {
+        let r = w.record(client, view).await?;
+        each(&r);
+        reports.push(r);
     }
     Ok(reports)
 }
