@@ -175,6 +175,7 @@ fn main() -> ExitCode {
             std::env::args_os().skip(1).collect(),
             args.max_concurrent_queries,
             process_mb,
+            Duration::from_secs(args.query_timeout_seconds),
         )
         .await?;
         let address = args

@@ -77,12 +77,24 @@ pub struct QueryProcesses {
     limit_mb: usize,
     /// How long a process may take to start.
     start_timeout: Duration,
+    /// The service's query timeout, which its query processes keep.
+    query_timeout: Duration,
 }
+
+/// How long past a query's deadline a query process may still answer
+/// before it is taken for unresponsive.
+const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
 
 impl QueryProcesses {
     /// `count` processes of `exe` started with `args` and `--query-process
     /// <socket>`, their sockets in a new directory only this user can open.
-    pub async fn start(exe: PathBuf, args: Vec<OsString>, count: usize, limit_mb: usize) -> Result<Arc<Self>, String> {
+    pub async fn start(
+        exe: PathBuf,
+        args: Vec<OsString>,
+        count: usize,
+        limit_mb: usize,
+        query_timeout: Duration,
+    ) -> Result<Arc<Self>, String> {
         let dir = std::env::temp_dir().join(format!(
             "micromegas-views-flight-{}-{:x}",
             std::process::id(),
@@ -107,6 +119,7 @@ impl QueryProcesses {
             next: AtomicU64::new(0),
             limit_mb,
             start_timeout: Duration::from_secs(60),
+            query_timeout,
         });
         let started = futures::future::join_all((0..count.max(1)).map(|_| pool.spawn())).await;
         for process in started {
@@ -212,17 +225,23 @@ impl QueryProcesses {
         let mut lease = self.lease(deadline).await?;
         let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions), Default::default(), ticket);
         let mut client = lease.process.as_ref().expect("a leased process").client.clone();
-        let answer = match client.do_get(forwarded).await {
-            Ok(answer) => answer,
-            Err(status) => return Err(lease.explain(status).await),
+        // The query process keeps the query's deadline itself; past it and
+        // a grace, a process that has not answered is not answering (it is
+        // stopped, say): it is killed, and the caller told.
+        let limit = tokio::time::Instant::now() + self.query_timeout + UNRESPONSIVE_GRACE;
+        let answer = match tokio::time::timeout_at(limit, client.do_get(forwarded)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(status)) => return Err(lease.explain(status).await),
+            Err(_) => return Err(lease.unresponsive()),
         };
         let (metadata, inner, extensions) = answer.into_parts();
-        let out = stream::unfold(Some((inner, lease)), |state| async move {
+        let out = stream::unfold(Some((inner, lease)), move |state| async move {
             let (mut inner, mut lease) = state?;
-            match inner.next().await {
-                None => None,
-                Some(Ok(data)) => Some((Ok(data), Some((inner, lease)))),
-                Some(Err(status)) => {
+            match tokio::time::timeout_at(limit, inner.next()).await {
+                Err(_) => Some((Err(lease.unresponsive()), None)),
+                Ok(None) => None,
+                Ok(Some(Ok(data))) => Some((Ok(data), Some((inner, lease)))),
+                Ok(Some(Err(status))) => {
                     let status = lease.explain(status).await;
                     Some((Err(status), None))
                 }
@@ -274,6 +293,19 @@ struct Lease {
 }
 
 impl Lease {
+    /// Kills a process that did not answer within its query's deadline and
+    /// a grace (it is not given back), and says so.
+    fn unresponsive(&mut self) -> Status {
+        if let Some(mut process) = self.process.take() {
+            process.child.start_kill().ok();
+        }
+        tracing::error!("a query process did not answer within its query's deadline; it was killed");
+        Status::deadline_exceeded(format!(
+            "the query ran past the service's query timeout ({} s), and its process did not answer: it was ended",
+            self.pool.query_timeout.as_secs_f64()
+        ))
+    }
+
     /// `status` as the caller should read it: when the process ended under
     /// the query, why it ended.
     async fn explain(&mut self, status: Status) -> Status {

@@ -8,7 +8,7 @@ Environment: FLIGHT (grpc://host:port), DAEMON (the daemon binary), LAKE
 daemon and for psql), DB (the database), BEGIN, END, and the keys
 ADMIN_KEY, ALICE_KEY (groups team-a), BOB_KEY (no group).
 """
-import os, subprocess, sys, threading, time
+import os, signal, subprocess, sys, threading, time
 import duckdb
 import pyarrow as pa
 import pyarrow.flight as fl
@@ -357,6 +357,22 @@ check(got == want, f"levenshtein within them answers each row, over rows run in 
 e = error_of(short, "SELECT length(concat_ws(repeat('x', 1000000), " + ", ".join(["'a'"] * 80) + ")) AS n")
 check(e is not None and "ResourceExhausted" in e and "concat_ws()" in e,
       f"concat_ws() past the query's memory is refused ({e and e.splitlines()[0][:160]})")
+# A query process that stops answering (stopped here with SIGSTOP) is
+# killed once its query's deadline and a grace of 5 s have passed, the
+# caller told; the next query gets a new process.
+query_processes = service_pids(E["FLIGHT_SHORT_PID"])[1:]
+check(len(query_processes) == 1, f"the one-query service runs one query process: {query_processes}")
+os.kill(int(query_processes[0]), signal.SIGSTOP)
+t0 = time.monotonic()
+e = error_of(short, "SELECT count(*) AS c FROM blocks")
+took = time.monotonic() - t0
+check(e is not None and "DeadlineExceeded" in e and "did not answer" in e and 8 < took < 20,
+      f"a stopped query process is ended after the deadline and its grace ({took:.1f} s: {e and e.splitlines()[0][:160]})")
+time.sleep(0.5)
+check(not os.path.exists(f"/proc/{query_processes[0]}") or open(f"/proc/{query_processes[0]}/stat").read().rsplit(")", 1)[1].split()[0] == "Z",
+      "the stopped query process is gone")
+got = query(short, "SELECT count(*) AS c FROM blocks").to_pylist()[0]["c"]
+check(got > 0, f"the next query answers from a new process ({got} blocks)")
 short.close()
 # What the query holds is counted at every allocation it makes, not per
 # call. On a service allowing 64 MB per query: three calls of 30 MB each
