@@ -199,9 +199,7 @@ fn main() -> ExitCode {
             .add_service(service)
             .serve_with_incoming_shutdown(
                 tokio_stream_listener(listener),
-                async {
-                    tokio::signal::ctrl_c().await.ok();
-                },
+                stopping(),
             )
             .await
             .map_err(|e| format!("the server stopped: {e}"))
@@ -242,11 +240,25 @@ async fn serve_queries(
     });
     tonic::transport::Server::builder()
         .add_service(service)
-        .serve_with_incoming_shutdown(incoming, async {
-            tokio::signal::ctrl_c().await.ok();
-        })
+        .serve_with_incoming_shutdown(incoming, stopping())
         .await
         .map_err(|e| format!("the query process stopped: {e}"))
+}
+
+/// Resolves when the service is asked to stop: SIGINT or SIGTERM. It then
+/// finishes the calls in flight, and its query processes are killed with it.
+async fn stopping() {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => {
+            tokio::signal::ctrl_c().await.ok();
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
 }
 
 fn tokio_stream_listener(
