@@ -4,14 +4,14 @@
 //! Postgres role its requests run as and, optionally, the end user's
 //! claims the FlightSQL service matches deny rules and audience grants on.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
 /// The end user a key stands for (all optional). `admin` states what the
 /// key's role already says (a member of `micromegas_admin` or not); the
 /// FlightSQL service refuses to start when the two disagree.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Claims {
     pub user_id: Option<String>,
@@ -22,7 +22,7 @@ pub struct Claims {
 }
 
 /// One API key.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApiKey {
     pub name: String,
@@ -33,7 +33,7 @@ pub struct ApiKey {
 }
 
 /// `{"keys": [{"name", "key", "role", "claims": {…}}]}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyFile {
     pub keys: Vec<ApiKey>,
@@ -44,9 +44,14 @@ impl KeyFile {
     pub fn load(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read key file {}: {e}", path.display()))?;
-        let file: KeyFile = serde_json::from_str(&text)
-            .map_err(|e| format!("key file {} is not valid: {e}", path.display()))?;
-        file.check().map_err(|e| format!("key file {}: {e}", path.display()))?;
+        Self::parse(&text, &format!("key file {}", path.display()))
+    }
+
+    /// Parses and checks the text of a key file; `origin` names it in an
+    /// error.
+    pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
+        let file: KeyFile = serde_json::from_str(text).map_err(|e| format!("{origin} is not valid: {e}"))?;
+        file.check().map_err(|e| format!("{origin}: {e}"))?;
         Ok(file)
     }
 

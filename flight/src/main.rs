@@ -140,7 +140,16 @@ fn main() -> ExitCode {
         Err(e) => return fail(format!("cannot start the runtime: {e}")),
     };
     let result = runtime.block_on(async {
-        let keys = KeyFile::load(&args.keys)?;
+        // A query process takes its front's keys, on its standard input.
+        let keys = match &args.query_process {
+            None => KeyFile::load(&args.keys)?,
+            Some(_) => {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                    .map_err(|e| format!("cannot read the keys on standard input: {e}"))?;
+                KeyFile::parse(&text, "the keys on standard input")?
+            }
+        };
         let lake = Lake::open(&args.lake).map_err(|e| e.to_string())?;
         let catalog_dsn = args.catalog_dsn.clone().unwrap_or_else(|| args.dsn.clone());
         let settings = Settings {
@@ -168,11 +177,11 @@ fn main() -> ExitCode {
         if let Some(socket) = &args.query_process {
             return serve_queries(settings, query_runtime.handle().clone(), socket, process_mb).await;
         }
+        let keys = settings.keys.clone();
         let state = Arc::new(State::start(settings, query_runtime.handle().clone()).await?);
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?;
         let queries = QueryProcesses::start(
-            exe,
             std::env::args_os().skip(1).collect(),
+            &keys,
             args.max_concurrent_queries,
             process_mb,
             Duration::from_secs(args.query_timeout_seconds),
@@ -233,7 +242,7 @@ async fn serve_queries(
         forwarded: true,
     })
     .max_decoding_message_size(16 << 20)
-    .max_encoding_message_size(64 << 20);
+    .max_encoding_message_size(micromegas_views_flight::processes::MAX_MESSAGE_BYTES);
     let incoming = futures::stream::unfold(listener, |listener| async move {
         let next = listener.accept().await.map(|(stream, _)| stream);
         Some((next, listener))

@@ -18,12 +18,19 @@
 //! ([`micromegas_views_core::meter::end_process_past`]); the front answers
 //! RESOURCE_EXHAUSTED and starts another process for the next query.
 //!
-//! The forwarded call carries the caller's own headers (the query process
-//! authenticates it again with the same key file and checks the deny list
-//! itself), the caller's address (the front's only: a caller's own value is
-//! dropped), and the versions of the catalog, deny list and grants the
-//! front holds, which the query process waits for: what the caller's DDL
-//! just changed is what its next query sees.
+//! A query process runs the front's own program (`/proc/self/exe`, even
+//! once the file on disk is replaced) and reads the front's keys from its
+//! standard input, never from the key file again: front and query
+//! processes authenticate with the same keys for as long as the front
+//! runs. The front admits a statement (its size, the deny list, the parse
+//! checks) before it takes a process for it. The forwarded call carries the
+//! caller's own headers (the query process authenticates it again and
+//! checks the deny list itself), the caller's address (the front's only: a
+//! caller's own value is dropped), the time left before the query's
+//! deadline (the wait for a process counts against it), and the versions
+//! of the catalog, deny list and grants the front holds, which the query
+//! process waits for: what the caller's DDL just changed is what its next
+//! query sees.
 
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::{FlightData, Ticket};
@@ -47,6 +54,9 @@ pub const PEER_HEADER: &str = "x-micromegas-views-peer";
 /// The header a query process reads the versions it must have reached
 /// from (definitions, deny list, grants).
 pub const VERSIONS_HEADER: &str = "x-micromegas-views-versions";
+/// The header a query process reads the milliseconds left before the
+/// query's deadline from.
+pub const DEADLINE_HEADER: &str = "x-micromegas-views-deadline-ms";
 /// The line a query process prints once it serves.
 pub const READY_LINE: &str = "micromegas-views-flight: query process ready";
 
@@ -56,11 +66,20 @@ type DoGetStream = Pin<Box<dyn Stream<Item = Result<FlightData, Status>> + Send>
 struct QueryProcess {
     child: tokio::process::Child,
     client: FlightServiceClient<Channel>,
+    socket: PathBuf,
 }
 
 impl QueryProcess {
+    /// Whether it still runs (an ended one is reaped).
     fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for QueryProcess {
+    fn drop(&mut self) {
+        // Killed if it still runs (kill_on_drop), and its socket removed.
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
@@ -69,6 +88,8 @@ impl QueryProcess {
 pub struct QueryProcesses {
     exe: PathBuf,
     args: Vec<OsString>,
+    /// The front's keys, as a query process reads them.
+    keys: String,
     dir: PathBuf,
     idle: Mutex<Vec<QueryProcess>>,
     permits: Arc<Semaphore>,
@@ -81,16 +102,21 @@ pub struct QueryProcesses {
     query_timeout: Duration,
 }
 
+/// The largest answer message relayed (what a query process's server
+/// sends at most): the front holds a few of them per query in flight.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
 /// How long past a query's deadline a query process may still answer
 /// before it is taken for unresponsive.
 const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
 
 impl QueryProcesses {
-    /// `count` processes of `exe` started with `args` and `--query-process
-    /// <socket>`, their sockets in a new directory only this user can open.
+    /// `count` processes of this program started with `args` and
+    /// `--query-process <socket>`, their sockets in a new directory only
+    /// this user can open, `keys` on their standard input.
     pub async fn start(
-        exe: PathBuf,
         args: Vec<OsString>,
+        keys: &micromegas_views_client::keys::KeyFile,
         count: usize,
         limit_mb: usize,
         query_timeout: Duration,
@@ -110,9 +136,17 @@ impl QueryProcesses {
                 .create(&dir)
                 .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
+        let keys = serde_json::to_string(keys).map_err(|e| format!("cannot pass the keys on: {e}"))?;
+        // This program as it was started, even once its file is replaced.
+        let exe = if cfg!(target_os = "linux") {
+            PathBuf::from("/proc/self/exe")
+        } else {
+            std::env::current_exe().map_err(|e| format!("cannot find this program's path: {e}"))?
+        };
         let pool = Arc::new(QueryProcesses {
             exe,
             args,
+            keys,
             dir,
             idle: Mutex::new(Vec::new()),
             permits: Arc::new(Semaphore::new(count.max(1))),
@@ -138,7 +172,7 @@ impl QueryProcesses {
             .args(&self.args)
             .arg("--query-process")
             .arg(&socket)
-            .stdin(std::process::Stdio::null())
+            .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true);
         // SAFETY: between fork and exec only prctl, which is
@@ -153,6 +187,15 @@ impl QueryProcesses {
         let mut child = command
             .spawn()
             .map_err(|e| Status::unavailable(format!("cannot start a query process: {e}")))?;
+        {
+            use tokio::io::AsyncWriteExt;
+            let mut stdin = child.stdin.take().expect("piped stdin");
+            // Dropped once written: the process reads to its end.
+            stdin
+                .write_all(self.keys.as_bytes())
+                .await
+                .map_err(|e| Status::unavailable(format!("cannot start a query process: {e}")))?;
+        }
         let stdout = child.stdout.take().expect("piped stdout");
         let mut lines = tokio::io::BufReader::new(stdout).lines();
         let ready = tokio::time::timeout(self.start_timeout, async {
@@ -176,9 +219,8 @@ impl QueryProcesses {
         let client = connect(&socket).await.map_err(|e| {
             Status::unavailable(format!("cannot connect to a query process: {e}"))
         })?;
-        // The query process's server bounds the messages it sends.
-        let client = FlightServiceClient::new(client).max_decoding_message_size(usize::MAX);
-        Ok(QueryProcess { child, client })
+        let client = FlightServiceClient::new(client).max_decoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(QueryProcess { child, client, socket })
     }
 
     /// A process for one query, waited for until `deadline`.
@@ -189,14 +231,11 @@ impl QueryProcesses {
             .map_err(|_| Status::unavailable("the service is stopping"))?;
         let idle = {
             let mut idle = self.idle.lock().expect("idle lock");
-            let mut found = None;
-            while let Some(mut p) = idle.pop() {
-                if p.alive() {
-                    found = Some(p);
-                    break;
-                }
-            }
-            found
+            // Every process that ended while idle is reaped and forgotten
+            // here (a new one is started in its place when needed); the
+            // one given back last, whose memory is warm, is taken.
+            idle.retain_mut(QueryProcess::alive);
+            idle.pop()
         };
         let process = match idle {
             Some(p) => p,
@@ -223,12 +262,13 @@ impl QueryProcesses {
         let peer = request.remote_addr();
         let (metadata, _, ticket) = request.into_parts();
         let mut lease = self.lease(deadline).await?;
-        let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions), Default::default(), ticket);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions, left), Default::default(), ticket);
         let mut client = lease.process.as_ref().expect("a leased process").client.clone();
         // The query process keeps the query's deadline itself; past it and
         // a grace, a process that has not answered is not answering (it is
         // stopped, say): it is killed, and the caller told.
-        let limit = tokio::time::Instant::now() + self.query_timeout + UNRESPONSIVE_GRACE;
+        let limit = deadline + UNRESPONSIVE_GRACE;
         let answer = match tokio::time::timeout_at(limit, client.do_get(forwarded)).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(status)) => return Err(lease.explain(status).await),
@@ -259,9 +299,14 @@ impl Drop for QueryProcesses {
 
 /// The caller's headers without the ones only the front may set, and the
 /// front's own.
-fn forwarded_metadata(mut metadata: MetadataMap, peer: Option<SocketAddr>, versions: [i64; 3]) -> MetadataMap {
+fn forwarded_metadata(mut metadata: MetadataMap, peer: Option<SocketAddr>, versions: [i64; 3], left: Duration) -> MetadataMap {
     metadata.remove(PEER_HEADER);
     metadata.remove(VERSIONS_HEADER);
+    metadata.remove(DEADLINE_HEADER);
+    metadata.insert(
+        DEADLINE_HEADER,
+        MetadataValue::try_from(left.as_millis().to_string()).expect("digits"),
+    );
     if let Some(peer) = peer {
         if let Ok(v) = MetadataValue::try_from(peer.to_string()) {
             metadata.insert(PEER_HEADER, v);
@@ -277,6 +322,12 @@ pub fn versions_of(metadata: &MetadataMap) -> Option<[i64; 3]> {
     let text = metadata.get(VERSIONS_HEADER)?.to_str().ok()?;
     let mut parts = text.split(',').map(|p| p.parse::<i64>().ok());
     Some([parts.next()??, parts.next()??, parts.next()??])
+}
+
+/// The time left before its query's deadline a forwarded call carries.
+pub fn time_left_of(metadata: &MetadataMap) -> Option<Duration> {
+    let ms: u64 = metadata.get(DEADLINE_HEADER)?.to_str().ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms))
 }
 
 /// The caller's address a forwarded call carries.

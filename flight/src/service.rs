@@ -122,18 +122,23 @@ impl FlightSql {
     /// them (but DDL, which runs in Postgres), here otherwise.
     async fn statement(&self, request: Request<Ticket>, sql: String) -> Result<Response<DoGetStream>, Status> {
         let caller = self.caller(&request)?;
+        let mut deadline = tokio::time::Instant::now() + self.state.settings.query_timeout;
         if let Some(queries) = &self.queries {
-            if crate::functions::ddl_kind(&sql).is_none() {
-                let deadline = tokio::time::Instant::now() + self.state.settings.query_timeout;
+            // Refused here (its size, the deny list, the parse checks)
+            // before it takes a process.
+            if self.state.admit(&caller, &sql)?.is_none() {
                 return queries.do_get(request, self.state.versions(), deadline).await;
             }
         }
         if self.forwarded {
+            if let Some(left) = processes::time_left_of(request.metadata()) {
+                deadline = deadline.min(tokio::time::Instant::now() + left);
+            }
             if let Some(versions) = processes::versions_of(request.metadata()) {
                 self.state.reach_versions(versions, std::time::Duration::from_secs(2)).await;
             }
         }
-        self.answer(&caller, &sql).await
+        self.answer(&caller, &sql, deadline).await
     }
 
     /// A metadata command's FlightInfo: the caller checked, the builder's
@@ -148,8 +153,8 @@ impl FlightSql {
         Ok(Response::new(flight_info(schema, command, request.into_inner())?))
     }
 
-    async fn answer(&self, caller: &Caller, sql: &str) -> Result<Response<DoGetStream>, Status> {
-        let answer = self.state.execute(caller, sql).await?;
+    async fn answer(&self, caller: &Caller, sql: &str, deadline: tokio::time::Instant) -> Result<Response<DoGetStream>, Status> {
+        let answer = self.state.execute(caller, sql, deadline).await?;
         let schema = answer.schema.clone();
         Ok(Response::new(encode(schema, batches_of(answer))))
     }
@@ -325,7 +330,8 @@ impl FlightSqlService for FlightSql {
                 "only CREATE [OR REPLACE] MATERIALIZED VIEW and DROP MATERIALIZED VIEW are updates; send a query as a statement query",
             ));
         }
-        let mut answer = self.state.execute(&caller, &command.query).await?;
+        let deadline = tokio::time::Instant::now() + self.state.settings.query_timeout;
+        let mut answer = self.state.execute(&caller, &command.query, deadline).await?;
         while let Some(batch) = answer.batches.recv().await {
             batch?;
         }

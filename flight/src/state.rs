@@ -458,7 +458,7 @@ impl State {
     /// then (a query) the parse checks of the extension's planner — one
     /// query, read-only (no EXPLAIN, SET, COPY or DDL of DataFusion's), not
     /// nested past its limits.
-    fn admit(&self, caller: &Caller, sql: &str) -> Result<Option<Ddl>, Status> {
+    pub fn admit(&self, caller: &Caller, sql: &str) -> Result<Option<Ddl>, Status> {
         if sql.len() > self.settings.max_statement_bytes {
             return Err(Status::invalid_argument(format!(
                 "the statement is {} bytes; this service takes at most {} bytes",
@@ -530,11 +530,12 @@ impl State {
         }
     }
 
-    /// Runs a statement: DDL in Postgres, a query on the query runtime.
-    /// The deadline and the slot are kept here, on the runtime that answers
-    /// calls (a busy query runtime cannot delay them); the query's task is
-    /// aborted at the deadline, on an error, or when the caller goes away.
-    pub async fn execute(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<Answer, Status> {
+    /// Runs a statement: DDL in Postgres, a query on the query runtime,
+    /// until `deadline`. The deadline and the slot are kept here, on the
+    /// runtime that answers calls (a busy query runtime cannot delay them);
+    /// the query's task is aborted at the deadline, on an error, or when the
+    /// caller goes away.
+    pub async fn execute(self: &Arc<Self>, caller: &Caller, sql: &str, deadline: Instant) -> Result<Answer, Status> {
         if let Some(kind) = self.admit(caller, sql)? {
             let batch = self.run_ddl(caller, kind, sql).await?;
             let (sender, batches) = mpsc::channel(1);
@@ -547,7 +548,6 @@ impl State {
                 _task: None,
             });
         }
-        let deadline = Instant::now() + self.settings.query_timeout;
         let permit = self.acquire(deadline).await?;
         let state = self.clone();
         let caller = caller.clone();
