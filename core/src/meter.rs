@@ -37,7 +37,7 @@
 //! - A process that runs one query at a time (the FlightSQL service's
 //!   query processes) can also have the allocator end it
 //!   ([`end_process_past`]): past that many bytes held by one query, the
-//!   process exits at once with [`crate::sandbox::EXIT_MEMORY`], checked
+//!   process exits at once with [`EXIT_MEMORY`], checked
 //!   when a thread adds its pending bytes to the query's count and before
 //!   any allocation of 64 KiB or more is made. That bounds what the checks
 //!   above cannot: an operator that copies one value to a whole batch of
@@ -155,10 +155,15 @@ thread_local! {
     static PENDING: Cell<i64> = const { Cell::new(0) };
 }
 
+/// The exit status of a process ended for its memory: a query process
+/// past [`end_process_past`], the extension's helper past its budget
+/// (the sandbox module).
+pub const EXIT_MEMORY: i32 = 86;
+
 /// What one query may hold before its process ends; 0: no such limit.
 static PROCESS_LIMIT: AtomicU64 = AtomicU64::new(0);
 
-/// Ends this process (exit status [`crate::sandbox::EXIT_MEMORY`]) as soon
+/// Ends this process (exit status [`EXIT_MEMORY`]) as soon
 /// as one query holds more than `bytes`, or is about to allocate past it.
 /// For a process that runs one query at a time, whose host starts another:
 /// nothing unwinds and no handler runs; one line is written to stderr.
@@ -173,7 +178,7 @@ fn end_process() -> ! {
     // allocation, no unwinding, no exit handler.
     unsafe {
         libc::write(2, LINE.as_ptr().cast(), LINE.len());
-        libc::_exit(crate::sandbox::EXIT_MEMORY)
+        libc::_exit(EXIT_MEMORY)
     }
 }
 
@@ -626,7 +631,7 @@ mod tests {
                 .unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             let stderr = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(crate::sandbox::EXIT_MEMORY), "{how}: {stdout} {stderr}");
+            assert_eq!(out.status.code(), Some(EXIT_MEMORY), "{how}: {stdout} {stderr}");
             assert!(stdout.contains("under the limit: made"), "{how}: {stdout}");
             assert!(!stdout.contains("still running"), "{how}: {stdout}");
             assert!(stderr.contains("went past the memory its process may hold"), "{how}: {stderr}");

@@ -62,8 +62,9 @@ pub const MIN_MEMORY_BYTES: usize = 16 << 20;
 /// Largest budget the setting accepts.
 pub const MAX_MEMORY_BYTES: usize = 16 << 30;
 
-/// Exit status of a helper whose call went past its memory budget.
-pub const EXIT_MEMORY: i32 = 86;
+/// Exit status of a helper whose call went past its memory budget (the
+/// status of every process ended for its memory: [`crate::meter`]).
+pub use crate::meter::EXIT_MEMORY;
 /// Exit status of a helper that could not set itself up.
 const EXIT_BROKEN: i32 = 87;
 

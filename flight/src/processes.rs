@@ -13,7 +13,7 @@
 //! binary started with `--query-process <socket>`, serving FlightSQL on a
 //! Unix socket in a directory only the service's user can open. There the
 //! allocator ends the process (exit status
-//! [`micromegas_views_core::sandbox::EXIT_MEMORY`]) as soon as the query
+//! [`micromegas_views_core::meter::EXIT_MEMORY`]) as soon as the query
 //! holds more than `--query-process-mb`, or is about to allocate past it
 //! ([`micromegas_views_core::meter::end_process_past`]); the front answers
 //! RESOURCE_EXHAUSTED and starts another process for the next query.
@@ -384,7 +384,7 @@ impl Lease {
             return status;
         };
         use std::os::unix::process::ExitStatusExt;
-        if ended.code() == Some(micromegas_views_core::sandbox::EXIT_MEMORY) {
+        if ended.code() == Some(micromegas_views_core::meter::EXIT_MEMORY) {
             tracing::warn!(limit_mb = self.pool.limit_mb, "a query went past the memory its process may hold; its process ended");
             return Status::resource_exhausted(format!(
                 "the query needs more memory than a query may use: it went past the {} MiB its process may hold \
