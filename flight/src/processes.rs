@@ -33,7 +33,7 @@
 //! query sees.
 
 use arrow_flight::flight_service_client::FlightServiceClient;
-use arrow_flight::{FlightData, Ticket};
+use arrow_flight::{Action, FlightData, FlightDescriptor, FlightInfo, Ticket};
 use futures::{stream, Stream, StreamExt};
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -247,7 +247,73 @@ impl QueryProcesses {
             process: Some(process),
             pool: self.clone(),
             _permit: permit,
+            finished: false,
         })
+    }
+
+    /// Takes a process for a call and makes the call it forwards: the
+    /// caller's headers and the front's own, the message unchanged.
+    async fn forward<T>(
+        self: &Arc<Self>,
+        request: Request<T>,
+        versions: [i64; 3],
+        deadline: Instant,
+    ) -> Result<(Lease, Request<T>, FlightServiceClient<Channel>), Status> {
+        let peer = request.remote_addr();
+        let (metadata, _, message) = request.into_parts();
+        let lease = self.lease(deadline).await?;
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions, left), Default::default(), message);
+        let client = lease.process.as_ref().expect("a leased process").client.clone();
+        Ok((lease, forwarded, client))
+    }
+
+    /// Plans a statement in a query process (`GetFlightInfo`): planning
+    /// folds constant expressions, which can be as large as a query may
+    /// hold, so it runs where a query runs.
+    pub async fn get_flight_info(
+        self: &Arc<Self>,
+        request: Request<FlightDescriptor>,
+        versions: [i64; 3],
+        deadline: Instant,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
+        let answer = tokio::time::timeout_at(deadline + UNRESPONSIVE_GRACE, client.get_flight_info(forwarded)).await;
+        let answer = match answer {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(status)) => return Err(lease.explain(status).await),
+            Err(_) => return Err(lease.unresponsive()),
+        };
+        lease.finished = true;
+        Ok(answer)
+    }
+
+    /// Runs an action in a query process (creating a prepared statement,
+    /// which plans it) and answers its results.
+    pub async fn do_action(
+        self: &Arc<Self>,
+        request: Request<Action>,
+        versions: [i64; 3],
+        deadline: Instant,
+    ) -> Result<Vec<arrow_flight::Result>, Status> {
+        let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
+        let limit = deadline + UNRESPONSIVE_GRACE;
+        let mut results = match tokio::time::timeout_at(limit, client.do_action(forwarded)).await {
+            Ok(Ok(answer)) => answer.into_inner(),
+            Ok(Err(status)) => return Err(lease.explain(status).await),
+            Err(_) => return Err(lease.unresponsive()),
+        };
+        let mut out = Vec::new();
+        loop {
+            match tokio::time::timeout_at(limit, results.next()).await {
+                Err(_) => return Err(lease.unresponsive()),
+                Ok(None) => break,
+                Ok(Some(Ok(r))) => out.push(r),
+                Ok(Some(Err(status))) => return Err(lease.explain(status).await),
+            }
+        }
+        lease.finished = true;
+        Ok(out)
     }
 
     /// Runs a statement's `DoGet` in a query process and streams its
@@ -259,16 +325,12 @@ impl QueryProcesses {
         versions: [i64; 3],
         deadline: Instant,
     ) -> Result<Response<DoGetStream>, Status> {
-        let peer = request.remote_addr();
-        let (metadata, _, ticket) = request.into_parts();
-        let mut lease = self.lease(deadline).await?;
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let forwarded = Request::from_parts(forwarded_metadata(metadata, peer, versions, left), Default::default(), ticket);
-        let mut client = lease.process.as_ref().expect("a leased process").client.clone();
+        let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
         // The query process keeps the query's deadline itself; past it and
         // a grace, a process that has not answered is not answering (it is
         // stopped, say): it is killed, and the caller told.
         let limit = deadline + UNRESPONSIVE_GRACE;
+        let timeout = self.query_timeout;
         let answer = match tokio::time::timeout_at(limit, client.do_get(forwarded)).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(status)) => return Err(lease.explain(status).await),
@@ -277,12 +339,25 @@ impl QueryProcesses {
         let (metadata, inner, extensions) = answer.into_parts();
         let out = stream::unfold(Some((inner, lease)), move |state| async move {
             let (mut inner, mut lease) = state?;
+            if tokio::time::Instant::now() >= deadline {
+                // The caller read too slowly to finish before the query's
+                // deadline: the query ends, its process is not to blame
+                // (dropping the stream stops its work there).
+                return Some((Err(Status::deadline_exceeded(format!(
+                    "the query ran past the service's query timeout ({} s)",
+                    timeout.as_secs_f64()
+                ))), None));
+            }
             match tokio::time::timeout_at(limit, inner.next()).await {
                 Err(_) => Some((Err(lease.unresponsive()), None)),
-                Ok(None) => None,
+                Ok(None) => {
+                    lease.finished = true;
+                    None
+                }
                 Ok(Some(Ok(data))) => Some((Ok(data), Some((inner, lease)))),
                 Ok(Some(Err(status))) => {
                     let status = lease.explain(status).await;
+                    lease.finished = true;
                     Some((Err(status), None))
                 }
             }
@@ -341,6 +416,10 @@ struct Lease {
     process: Option<QueryProcess>,
     pool: Arc<QueryProcesses>,
     _permit: OwnedSemaphorePermit,
+    /// Whether the process answered the call to its end: given back
+    /// before it has (a caller gone mid-answer), it may still be stopping
+    /// that work, and is the last one taken.
+    finished: bool,
 }
 
 impl Lease {
@@ -407,7 +486,12 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(mut process) = self.process.take() {
             if process.alive() {
-                self.pool.idle.lock().expect("idle lock").push(process);
+                let mut idle = self.pool.idle.lock().expect("idle lock");
+                if self.finished {
+                    idle.push(process);
+                } else {
+                    idle.insert(0, process);
+                }
             }
         }
     }

@@ -122,23 +122,42 @@ impl FlightSql {
     /// them (but DDL, which runs in Postgres), here otherwise.
     async fn statement(&self, request: Request<Ticket>, sql: String) -> Result<Response<DoGetStream>, Status> {
         let caller = self.caller(&request)?;
-        let mut deadline = tokio::time::Instant::now() + self.state.settings.query_timeout;
-        if let Some(queries) = &self.queries {
-            // Refused here (its size, the deny list, the parse checks)
-            // before it takes a process.
-            if self.state.admit(&caller, &sql)?.is_none() {
-                return queries.do_get(request, self.state.versions(), deadline).await;
-            }
+        if let Some(queries) = self.planner_elsewhere(&caller, &sql)? {
+            return queries.do_get(request, self.state.versions(), self.deadline()).await;
         }
+        let deadline = self.local_deadline(request.metadata()).await;
+        self.answer(&caller, &sql, deadline).await
+    }
+
+    /// The query processes a statement is planned and run in, once it is
+    /// admitted here (its size, the deny list, the parse checks: refused
+    /// before it takes a process); `None` for DDL, which runs in Postgres
+    /// from here, and in a query process itself.
+    fn planner_elsewhere(&self, caller: &Caller, sql: &str) -> Result<Option<&Arc<QueryProcesses>>, Status> {
+        let Some(queries) = &self.queries else {
+            return Ok(None);
+        };
+        Ok(self.state.admit(caller, sql)?.is_none().then_some(queries))
+    }
+
+    /// A new statement's deadline.
+    fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.state.settings.query_timeout
+    }
+
+    /// The deadline of a statement run here: in a query process, the one
+    /// its front forwarded, after reaching the versions the front holds.
+    async fn local_deadline(&self, metadata: &tonic::metadata::MetadataMap) -> tokio::time::Instant {
+        let mut deadline = self.deadline();
         if self.forwarded {
-            if let Some(left) = processes::time_left_of(request.metadata()) {
+            if let Some(left) = processes::time_left_of(metadata) {
                 deadline = deadline.min(tokio::time::Instant::now() + left);
             }
-            if let Some(versions) = processes::versions_of(request.metadata()) {
+            if let Some(versions) = processes::versions_of(metadata) {
                 self.state.reach_versions(versions, std::time::Duration::from_secs(2)).await;
             }
         }
-        self.answer(&caller, &sql, deadline).await
+        deadline
     }
 
     /// A metadata command's FlightInfo: the caller checked, the builder's
@@ -235,7 +254,11 @@ impl FlightSqlService for FlightSql {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = self.caller(&request)?;
-        let schema = self.state.describe_statement(&caller, &query.query).await?;
+        if let Some(queries) = self.planner_elsewhere(&caller, &query.query)? {
+            return queries.get_flight_info(request, self.state.versions(), self.deadline()).await;
+        }
+        let deadline = self.local_deadline(request.metadata()).await;
+        let schema = self.state.describe_statement(&caller, &query.query, deadline).await?;
         let ticket = TicketStatementQuery {
             statement_handle: query.query.into_bytes().into(),
         };
@@ -258,7 +281,18 @@ impl FlightSqlService for FlightSql {
         request: Request<arrow_flight::Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let caller = self.caller(&request)?;
-        let schema = self.state.describe_statement(&caller, &query.query).await?;
+        if let Some(queries) = self.planner_elsewhere(&caller, &query.query)? {
+            let results = queries.do_action(request, self.state.versions(), self.deadline()).await?;
+            let first = results
+                .first()
+                .ok_or_else(|| Status::internal("the query process answered no prepared statement"))?;
+            return Any::decode(&*first.body)
+                .ok()
+                .and_then(|any| any.unpack::<ActionCreatePreparedStatementResult>().ok().flatten())
+                .ok_or_else(|| Status::internal("the query process answered something else than a prepared statement"));
+        }
+        let deadline = self.local_deadline(request.metadata()).await;
+        let schema = self.state.describe_statement(&caller, &query.query, deadline).await?;
         let options = IpcWriteOptions::default();
         let IpcMessage(dataset_schema) = SchemaAsIpc::new(&schema, &options)
             .try_into()
@@ -291,7 +325,11 @@ impl FlightSqlService for FlightSql {
     ) -> Result<Response<FlightInfo>, Status> {
         let caller = self.caller(&request)?;
         let sql = statement_text(&query.prepared_statement_handle)?;
-        let schema = self.state.describe_statement(&caller, &sql).await?;
+        if let Some(queries) = self.planner_elsewhere(&caller, &sql)? {
+            return queries.get_flight_info(request, self.state.versions(), self.deadline()).await;
+        }
+        let deadline = self.local_deadline(request.metadata()).await;
+        let schema = self.state.describe_statement(&caller, &sql, deadline).await?;
         let info = flight_info(&schema, query.as_any().encode_to_vec(), request.into_inner())?;
         Ok(Response::new(info))
     }

@@ -500,11 +500,10 @@ impl State {
     /// The schema a statement answers with (nothing is run: a DDL
     /// statement's fixed schema, a query planned with its table functions
     /// described).
-    pub async fn describe_statement(self: &Arc<Self>, caller: &Caller, sql: &str) -> Result<SchemaRef, Status> {
+    pub async fn describe_statement(self: &Arc<Self>, caller: &Caller, sql: &str, deadline: Instant) -> Result<SchemaRef, Status> {
         if self.admit(caller, sql)?.is_some() {
             return Ok(functions::ddl_schema());
         }
-        let deadline = Instant::now() + self.settings.query_timeout;
         let permit = self.acquire(deadline).await?;
         let state = self.clone();
         let caller = caller.clone();

@@ -478,6 +478,23 @@ check(side_expected > 0 and side_results == [side_expected] * 6,
       f"queries of another caller running meanwhile answered, each {side_expected}: {side_results}")
 front_after = process_peak_mb(E["FLIGHT_SMALL_PID"])
 check(front_after - front_before < 50, f"the service's front grew by {front_after - front_before} MB ({front_before} to {front_after} MB)")
+# Planning folds constant expressions: a 60 MB constant is copied several
+# times while a statement is planned (GetFlightInfo), so planning runs in a
+# query process too, and the front does not grow.
+small_client = fl.FlightClient(E["FLIGHT_SMALL"])
+small_options = fl.FlightCallOptions(headers=[(b"authorization", f"Bearer {E['BOB_KEY']}".encode())])
+front_before = process_peak_mb(E["FLIGHT_SMALL_PID"])
+outcomes = []
+for _ in range(3):
+    try:
+        small_client.get_flight_info(fl.FlightDescriptor.for_command(statement_command("SELECT repeat('x', 60000000) AS s")), small_options)
+        outcomes.append("planned")
+    except (fl.FlightError, pa.ArrowException) as ex:  # pyarrow's errors for a gRPC status
+        outcomes.append(str(ex).splitlines()[0][:160])
+front_after = process_peak_mb(E["FLIGHT_SMALL_PID"])
+check(front_after - front_before < 50 and all(o == "planned" or "memory" in o for o in outcomes),
+      f"planning a 60 MB constant three times leaves the front's peak at +{front_after - front_before} MB ({outcomes})")
+small_client.close()
 got = query(small, "SELECT max(cardinality(t.v)) AS n, count(*) AS c FROM (SELECT range(0, 100000) AS v) t CROSS JOIN generate_series(1, 20) g").to_pylist()
 check(got == [{"n": 100000, "c": 20}], f"the same copies under the limit answer in a new process: {got}")
 # Those copies are estimated by what one value takes in an array (8 bytes
