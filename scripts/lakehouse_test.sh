@@ -267,6 +267,43 @@ done_reported=$(echo "$progress" | python3 -c "import json,sys; print(json.load(
 [ "$done_reported" -le "$written" ] || fail "the job's row said $done_reported buckets done, but only $written were recorded"
 echo "lakehouse: a daemon killed after $written of 24 buckets (its row said: $progress): every recorded file present; the job taken again after its lease ($state), the view complete"
 
+# A record the catalog refuses (a trigger here, for one bucket) fails the
+# range naming the bucket; the partition already there stays, the next
+# bucket is not written (its record would have waited on this one), every
+# row still names a file, and the refused bucket's object is an orphan.
+q <<'SQL' >/dev/null
+CREATE FUNCTION public.refuse_one_record() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.view_set_name = 'measures_killed' AND NEW.begin_insert_time = '2026-12-01T05:00:00Z' THEN
+    RAISE EXCEPTION 'this bucket is refused';
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER refuse_one_record BEFORE INSERT ON micromegas.lakehouse_partitions
+  FOR EACH ROW EXECUTE FUNCTION public.refuse_one_record();
+SQL
+before_refusal=$(q -c "SELECT string_agg(file_path, ',' ORDER BY begin_insert_time) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")
+if "$daemon" materialize --regenerate --view measures_killed --lake "file://$lake" --dsn "$dsn" --begin "$begin" --end "$end" \
+     2>"$MMV_RUN/lake-refused.log"; then
+  fail "a refused record did not fail the range"
+fi
+grep -q '"measures_killed" \[2026-12-01T05:00:00+00:00, 2026-12-01T06:00:00+00:00): the partition was not recorded (its object is an orphan, for gc): .*this bucket is refused' "$MMV_RUN/lake-refused.log" \
+  || fail "the refused record's error: $(grep -i error "$MMV_RUN/lake-refused.log" | tail -2)"
+q -c "DROP TRIGGER refuse_one_record ON micromegas.lakehouse_partitions; DROP FUNCTION public.refuse_one_record()" >/dev/null
+after_refusal=$(q -c "SELECT string_agg(file_path, ',' ORDER BY begin_insert_time) FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")
+rows=$(q -c "SELECT count(*) || ' ' || count(*) FILTER (WHERE begin_insert_time = '2026-12-01T05:00:00Z') FROM micromegas.lakehouse_partitions WHERE view_set_name = 'measures_killed'")
+[ "$rows" = "24 1" ] || fail "after the refused record: $rows partitions (24, one at 05:00, expected)"
+kept=$(echo "$before_refusal" | tr ',' '\n' | sed -n 6p)
+[ "$(echo "$after_refusal" | tr ',' '\n' | sed -n 6p)" = "$kept" ] || fail "the refused bucket's partition changed"
+[ "$(echo "$after_refusal" | tr ',' '\n' | sed -n 7,24p)" = "$(echo "$before_refusal" | tr ',' '\n' | sed -n 7,24p)" ] \
+  || fail "a bucket after the refused one was written"
+[ "$(echo "$after_refusal" | tr ',' '\n' | sed -n 1,5p)" != "$(echo "$before_refusal" | tr ',' '\n' | sed -n 1,5p)" ] \
+  || fail "the buckets before the refused one were not written again"
+missing=0
+for f in $(echo "$after_refusal" | tr ',' ' '); do [ -s "$lake/$f" ] || missing=$((missing + 1)); done
+[ $missing = 0 ] || fail "$missing partitions name a missing file after the refused record"
+echo "lakehouse: a refused record fails its range naming the bucket; the buckets before it rewritten, the one refused and those after it unchanged, every file present"
+
 # gc: the expired files the catalog hands out (deleted after its
 # transaction), then the objects no row names, past the grace period.
 orphan="views/measures_killed/orphan-written-never-recorded.parquet"

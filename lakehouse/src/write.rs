@@ -178,7 +178,19 @@ impl Unrecorded {
     /// transaction): what it supersedes is retired.
     async fn record(self, client: &Client, view: &ViewSet) -> Result<BucketReport> {
         let r = &self.report;
-        catalog::record(client, &view.name, r.begin, r.end, &view.schema_hash, self.source_count, &self.written).await?;
+        catalog::record(client, &view.name, r.begin, r.end, &view.schema_hash, self.source_count, &self.written)
+            .await
+            .map_err(|e| Error {
+                message: format!(
+                    "\"{}\" [{}, {}): the partition was not recorded{}: {}",
+                    view.name,
+                    r.begin.to_rfc3339(),
+                    r.end.to_rfc3339(),
+                    if self.written.file_path.is_some() { " (its object is an orphan, for gc)" } else { "" },
+                    e.message
+                ),
+                ..e
+            })?;
         Ok(self.report)
     }
 }
