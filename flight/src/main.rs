@@ -203,7 +203,7 @@ fn main() -> ExitCode {
             forwarded: false,
         })
             .max_decoding_message_size(16 << 20)
-            .max_encoding_message_size(64 << 20);
+            .max_encoding_message_size(micromegas_views_flight::processes::MAX_MESSAGE_BYTES);
         tonic::transport::Server::builder()
             .add_service(service)
             .serve_with_incoming_shutdown(

@@ -102,8 +102,9 @@ pub struct QueryProcesses {
     query_timeout: Duration,
 }
 
-/// The largest answer message relayed (what a query process's server
-/// sends at most): the front holds a few of them per query in flight.
+/// The largest answer message a server of the service sends, the front's
+/// and a query process's alike: the front holds a few of them per query
+/// in flight.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// How long past a query's deadline a query process may still answer
@@ -278,12 +279,7 @@ impl QueryProcesses {
         deadline: Instant,
     ) -> Result<Response<FlightInfo>, Status> {
         let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
-        let answer = tokio::time::timeout_at(deadline + UNRESPONSIVE_GRACE, client.get_flight_info(forwarded)).await;
-        let answer = match answer {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(status)) => return Err(lease.explain(status).await),
-            Err(_) => return Err(lease.unresponsive()),
-        };
+        let answer = lease.reply(deadline, client.get_flight_info(forwarded)).await?;
         lease.finished = true;
         Ok(answer)
     }
@@ -297,20 +293,10 @@ impl QueryProcesses {
         deadline: Instant,
     ) -> Result<Vec<arrow_flight::Result>, Status> {
         let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
-        let limit = deadline + UNRESPONSIVE_GRACE;
-        let mut results = match tokio::time::timeout_at(limit, client.do_action(forwarded)).await {
-            Ok(Ok(answer)) => answer.into_inner(),
-            Ok(Err(status)) => return Err(lease.explain(status).await),
-            Err(_) => return Err(lease.unresponsive()),
-        };
+        let mut results = lease.reply(deadline, client.do_action(forwarded)).await?.into_inner();
         let mut out = Vec::new();
-        loop {
-            match tokio::time::timeout_at(limit, results.next()).await {
-                Err(_) => return Err(lease.unresponsive()),
-                Ok(None) => break,
-                Ok(Some(Ok(r))) => out.push(r),
-                Ok(Some(Err(status))) => return Err(lease.explain(status).await),
-            }
+        while let Some(r) = lease.reply(deadline, async { results.next().await.transpose() }).await? {
+            out.push(r);
         }
         lease.finished = true;
         Ok(out)
@@ -326,16 +312,8 @@ impl QueryProcesses {
         deadline: Instant,
     ) -> Result<Response<DoGetStream>, Status> {
         let (mut lease, forwarded, mut client) = self.forward(request, versions, deadline).await?;
-        // The query process keeps the query's deadline itself; past it and
-        // a grace, a process that has not answered is not answering (it is
-        // stopped, say): it is killed, and the caller told.
-        let limit = deadline + UNRESPONSIVE_GRACE;
         let timeout = self.query_timeout;
-        let answer = match tokio::time::timeout_at(limit, client.do_get(forwarded)).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(status)) => return Err(lease.explain(status).await),
-            Err(_) => return Err(lease.unresponsive()),
-        };
+        let answer = lease.reply(deadline, client.do_get(forwarded)).await?;
         let (metadata, inner, extensions) = answer.into_parts();
         let out = stream::unfold(Some((inner, lease)), move |state| async move {
             let (mut inner, mut lease) = state?;
@@ -343,20 +321,15 @@ impl QueryProcesses {
                 // The caller read too slowly to finish before the query's
                 // deadline: the query ends, its process is not to blame
                 // (dropping the stream stops its work there).
-                return Some((Err(Status::deadline_exceeded(format!(
-                    "the query ran past the service's query timeout ({} s)",
-                    timeout.as_secs_f64()
-                ))), None));
+                return Some((Err(crate::state::timeout_status(timeout)), None));
             }
-            match tokio::time::timeout_at(limit, inner.next()).await {
-                Err(_) => Some((Err(lease.unresponsive()), None)),
+            match lease.reply(deadline, async { inner.next().await.transpose() }).await {
+                Ok(Some(data)) => Some((Ok(data), Some((inner, lease)))),
                 Ok(None) => {
                     lease.finished = true;
                     None
                 }
-                Ok(Some(Ok(data))) => Some((Ok(data), Some((inner, lease)))),
-                Ok(Some(Err(status))) => {
-                    let status = lease.explain(status).await;
+                Err(status) => {
                     lease.finished = true;
                     Some((Err(status), None))
                 }
@@ -423,6 +396,19 @@ struct Lease {
 }
 
 impl Lease {
+    /// The process's reply to a call of the query whose deadline is
+    /// `deadline`. The query process keeps that deadline itself; past it
+    /// and a grace, a process that has not replied is not answering
+    /// (stopped, say): it is killed and the caller told. A status it
+    /// answered is explained ([`Lease::explain`]).
+    async fn reply<R>(&mut self, deadline: Instant, call: impl std::future::Future<Output = Result<R, Status>>) -> Result<R, Status> {
+        match tokio::time::timeout_at(deadline + UNRESPONSIVE_GRACE, call).await {
+            Ok(Ok(reply)) => Ok(reply),
+            Ok(Err(status)) => Err(self.explain(status).await),
+            Err(_) => Err(self.unresponsive()),
+        }
+    }
+
     /// Kills a process that did not answer within its query's deadline and
     /// a grace (it is not given back), and says so.
     fn unresponsive(&mut self) -> Status {

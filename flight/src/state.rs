@@ -523,7 +523,7 @@ impl State {
         let answer = tokio::time::timeout_at(deadline, task).await;
         drop(abort);
         match answer {
-            Err(_) => Err(timeout_status(self)),
+            Err(_) => Err(timeout_status(self.settings.query_timeout)),
             Ok(Err(e)) => Err(Status::internal(format!("the query failed: {e}"))),
             Ok(Ok(result)) => result,
         }
@@ -603,14 +603,14 @@ impl State {
         }));
         let task = AbortOnDrop(task.abort_handle(), stop);
         let schema = match tokio::time::timeout_at(deadline, schema).await {
-            Err(_) => return Err(timeout_status(self)),
+            Err(_) => return Err(timeout_status(self.settings.query_timeout)),
             Ok(Err(_)) => return Err(Status::internal("the query ended before it answered")),
             Ok(Ok(schema)) => schema?,
         };
         Ok(Answer {
             schema,
             batches,
-            deadline: Some((deadline, timeout_status(self))),
+            deadline: Some((deadline, timeout_status(self.settings.query_timeout))),
             _task: Some(task),
         })
     }
@@ -680,10 +680,11 @@ async fn acquire(
         .map_err(|_| Status::unavailable("the service is stopping"))
 }
 
-fn timeout_status(state: &State) -> Status {
+/// What a statement past the service's query timeout answers.
+pub fn timeout_status(timeout: Duration) -> Status {
     Status::deadline_exceeded(format!(
         "the query ran past the service's query timeout ({} s)",
-        state.settings.query_timeout.as_secs_f64()
+        timeout.as_secs_f64()
     ))
 }
 
