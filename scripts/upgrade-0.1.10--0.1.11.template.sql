@@ -30,6 +30,9 @@
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
+-- * mm_replace_partitions refuses a view set that does not exist and holds
+--   its row until it commits: no partition is recorded for a view dropped
+--   while it was being materialized.
 --@verbatim schema.sql:role marks
 
 COMMENT ON TABLE micromegas.query_deny_list IS
@@ -65,6 +68,7 @@ DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
 COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
   'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
 --@replace CREATE FUNCTION micromegas.mm_claim_jobs(
+--@replace CREATE FUNCTION micromegas.mm_replace_partitions(
 --@new CREATE FUNCTION micromegas.materialize_partitions(
 COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';

@@ -30,6 +30,9 @@
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
+-- * mm_replace_partitions refuses a view set that does not exist and holds
+--   its row until it commits: no partition is recorded for a view dropped
+--   while it was being materialized.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -553,6 +556,89 @@ BEGIN
      WHERE j.job_id = p.job_id
     RETURNING j.job_id, j.kind::text, j.view_set_name, j.begin_time, j.end_time, j.params::jsonb, j.attempts, j.worker,
               j.lease_expires_at, p.token;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas.mm_replace_partitions(
+  view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz,
+  partitions micromegas.lakehouse_partitions[])
+RETURNS TABLE ("time" timestamptz, msg text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_replace_partitions');
+  q micromegas.lakehouse_partitions;
+  o micromegas.lakehouse_partitions;
+  n bigint;
+BEGIN
+  PERFORM micromegas._mm_check_range('mm_replace_partitions', begin_time, end_time);
+  IF $1 IS NULL OR $2 IS NULL THEN
+    RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
+      USING ERRCODE = 'null_value_not_allowed';
+  END IF;
+  -- The view set must exist while its partitions are recorded: its row is
+  -- locked until this transaction ends, so a drop committed first is seen
+  -- here (and refused), and a drop that comes later waits and then retires
+  -- what this wrote. Without the lock, a daemon that materialized a view
+  -- while it was dropped would record partitions for a view that no longer
+  -- exists, and a view created again under that name with the same schema
+  -- would read them as its own.
+  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1 FOR KEY SHARE;
+  IF NOT FOUND THEN
+    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = $1 FOR KEY SHARE;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'mm_replace_partitions: view set "%" does not exist', $1
+        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
+  FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
+    IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash), $1, $2
+        USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF NOT (q.begin_insert_time >= begin_time AND q.end_insert_time <= end_time) THEN
+      RAISE EXCEPTION 'mm_replace_partitions: new partition % is not within [%, %]',
+          micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                         q.end_insert_time, q.file_schema_hash),
+          micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time)
+        USING ERRCODE = 'invalid_parameter_value',
+              HINT = 'A swap writes only inside the range it retires.';
+    END IF;
+  END LOOP;
+  RETURN QUERY SELECT * FROM micromegas.retire_partitions($1, $2, begin_time, end_time);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions
+    SELECT x.view_set_name, x.view_instance_id, x.begin_insert_time, x.end_insert_time, x.min_event_time,
+           x.max_event_time, now(), x.file_path, x.file_size, x.file_schema_hash, x.source_data_hash,
+           x.num_rows, coalesce(x.partition_format_version, 1), x.sort_order, x.max_sort_key_time
+      FROM unnest(partitions) x;
+    GET DIAGNOSTICS n = ROW_COUNT;
+  EXCEPTION WHEN exclusion_violation THEN
+    -- Which new partition: one overlapping another new one, or one
+    -- overlapping a partition this swap did not retire.
+    FOR i IN 1 .. coalesce(array_length(partitions, 1), 0) LOOP
+      q := partitions[i];
+      FOR j IN i + 1 .. array_length(partitions, 1) LOOP
+        o := partitions[j];
+        IF o.file_schema_hash = q.file_schema_hash
+           AND tstzrange(o.begin_insert_time, o.end_insert_time) && tstzrange(q.begin_insert_time, q.end_insert_time) THEN
+          RAISE EXCEPTION 'mm_replace_partitions: new partitions % and % overlap',
+              micromegas._mm_partition_label(q.view_set_name, q.view_instance_id, q.begin_insert_time,
+                                             q.end_insert_time, q.file_schema_hash),
+              micromegas._mm_partition_label(o.view_set_name, o.view_instance_id, o.begin_insert_time,
+                                             o.end_insert_time, o.file_schema_hash)
+            USING ERRCODE = 'exclusion_violation', DETAIL = 'Nothing was retired or written.';
+        END IF;
+      END LOOP;
+    END LOOP;
+    FOREACH q IN ARRAY partitions LOOP
+      PERFORM micromegas._mm_raise_overlap(q);
+    END LOOP;
+    RAISE;
+  END;
+  RETURN QUERY SELECT clock_timestamp(), format('wrote %s partition(s) of %s/%s within [%s, %s]', n, $1, $2,
+    micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time));
 END
 $$;
 CREATE FUNCTION micromegas.materialize_partitions(

@@ -745,6 +745,22 @@ BEGIN
     RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
       USING ERRCODE = 'null_value_not_allowed';
   END IF;
+  -- The view set must exist while its partitions are recorded: its row is
+  -- locked until this transaction ends, so a drop committed first is seen
+  -- here (and refused), and a drop that comes later waits and then retires
+  -- what this wrote. Without the lock, a daemon that materialized a view
+  -- while it was dropped would record partitions for a view that no longer
+  -- exists, and a view created again under that name with the same schema
+  -- would read them as its own.
+  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1 FOR KEY SHARE;
+  IF NOT FOUND THEN
+    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = $1 FOR KEY SHARE;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION 'mm_replace_partitions: view set "%" does not exist', $1
+        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
   FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
     IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
       RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',

@@ -202,6 +202,17 @@ SELECT * FROM mmv_try(format($$SELECT * FROM micromegas.mm_replace_partitions('p
          ARRAY[mmv_new(22, 23, %L, 's3://b/x')])$$, :'h2'));
 SELECT begin_insert_time, end_insert_time, file_path FROM micromegas.list_partitions('p_logs', 'global');
 SELECT count(*) AS queued_by_refused_swaps FROM micromegas.temporary_files WHERE file_path IN ('s3://b/h22');
+-- A swap of a view set that does not exist (dropped while its partitions
+-- were materialized, or never defined) is refused and writes nothing; a
+-- built-in view set the extension ships is one that exists.
+SELECT * FROM mmv_try($$SELECT * FROM micromegas.mm_replace_partitions('p_gone', 'global', '2024-01-01 20:00', '2024-01-01 22:00',
+         ARRAY[ROW('p_gone', 'global', '2024-01-01 20:00'::timestamptz, '2024-01-01 21:00'::timestamptz, NULL, NULL, NULL,
+                   's3://b/gone', 7, '\x01'::bytea, NULL, 3, 1, NULL, NULL)::micromegas.lakehouse_partitions])$$);
+SELECT count(*) AS partitions_of_p_gone FROM micromegas.lakehouse_partitions WHERE view_set_name = 'p_gone';
+SELECT count(*) AS log_entries_swap_msgs FROM micromegas.mm_replace_partitions('log_entries', 'proc-swap', '2024-01-01 20:00', '2024-01-01 22:00',
+         ARRAY[ROW('log_entries', 'proc-swap', '2024-01-01 20:00'::timestamptz, '2024-01-01 21:00'::timestamptz, NULL, NULL, NULL,
+                   's3://b/log-swap', 7, '\x01'::bytea, NULL, 3, 1, NULL, NULL)::micromegas.lakehouse_partitions]);
+SELECT count(*) AS retire_msgs FROM micromegas.retire_partitions('log_entries', 'proc-swap', '2024-01-01', '2024-01-02');
 
 -- 9. The regeneration plan: buckets, or the partition that does not fit.
 SELECT * FROM micromegas.mm_plan_regeneration('p_logs', '2024-01-01 20:00', '2024-01-02 00:00', '2 hours');
