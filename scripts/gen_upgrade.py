@@ -17,12 +17,28 @@ generated = pathlib.Path(sharedir, 'extension', f'micromegas_views--{new}.sql').
 sources = {name: (root / 'sql' / name).read_text() for name in sorted(p.name for p in (root / 'sql').glob('*.sql') if not p.name.startswith('micromegas_views--')) if (root / 'sql' / name).exists()}
 body = pathlib.Path(root / 'scripts' / f'upgrade-{old}--{new}.template.sql').read_text()
 
-def block(start):
+def literal_end(text, k):
+    """The end of the statement whose string literal opens at text[k] ('')."""
+    k += 1
+    while True:
+        k = text.index("'", k)
+        if text.startswith("''", k):
+            k += 2
+            continue
+        return text.index(';', k) + 1
+
+def block(start, comment=False):
+    """A function as its source file creates it; with comment, the COMMENT
+    that follows it there too (every object's COMMENT is beside its CREATE),
+    so a template never retypes one."""
     for text in sources.values():
         if start in text:
             i = text.index(start)
-            j = text.index('$$;', text.index('$$', text.index(' AS $$', i)) + 2)
-            return text[i:j + 3]
+            j = text.index('$$;', text.index('$$', text.index(' AS $$', i)) + 2) + 3
+            m = comment and re.compile(r"\nCOMMENT ON FUNCTION [^\n]*? IS\s*'").match(text, j)
+            if m:
+                j = literal_end(text, m.end() - 1)
+            return text[i:j]
     raise SystemExit(f'not found: {start!r}')
 
 def rust(name):
@@ -34,7 +50,7 @@ def expand(match):
     if kind == 'rust':
         return rust(arg)
     if kind == 'new':
-        return block(arg)
+        return block(arg, comment=True)
     if kind == 'replace':
         return block(arg).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1)
     if kind == 'file':

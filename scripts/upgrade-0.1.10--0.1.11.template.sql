@@ -30,9 +30,10 @@
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
--- * mm_replace_partitions refuses a view set that does not exist and holds
---   its row until it commits: no partition is recorded for a view dropped
---   while it was being materialized.
+-- * mm_replace_partitions and mm_write_partition refuse a view set that
+--   does not exist and hold its row until they commit (_mm_hold_view_set,
+--   new): no partition is recorded for a view dropped while it was being
+--   materialized.
 --@verbatim schema.sql:role marks
 
 COMMENT ON TABLE micromegas.query_deny_list IS
@@ -65,13 +66,9 @@ ALTER TABLE micromegas.jobs ADD COLUMN progress jsonb;
 COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
 DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
 --@new CREATE FUNCTION micromegas.mm_heartbeat_job(
-COMMENT ON FUNCTION micromegas.mm_heartbeat_job(uuid, uuid, jsonb) IS
-  'A worker extends its lease (proved by the token mm_claim_job returned), with its progress if it gives one; says whether the job should stop';
 --@replace CREATE FUNCTION micromegas.mm_claim_jobs(
+--@new CREATE FUNCTION micromegas._mm_hold_view_set(
+--@replace CREATE FUNCTION micromegas.mm_write_partition(
 --@replace CREATE FUNCTION micromegas.mm_replace_partitions(
 --@new CREATE FUNCTION micromegas.materialize_partitions(
-COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
-  'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
-COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
-  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 SELECT micromegas._mm_apply_privileges();

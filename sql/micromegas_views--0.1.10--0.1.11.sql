@@ -30,9 +30,10 @@
 -- * a job's row shows its progress (jobs.progress, new): a worker's
 --   heartbeat may carry it (mm_heartbeat_job's third argument, new,
 --   DEFAULT NULL: two-argument calls work as before); a claim clears it.
--- * mm_replace_partitions refuses a view set that does not exist and holds
---   its row until it commits: no partition is recorded for a view dropped
---   while it was being materialized.
+-- * mm_replace_partitions and mm_write_partition refuse a view set that
+--   does not exist and hold its row until they commit (_mm_hold_view_set,
+--   new): no partition is recorded for a view dropped while it was being
+--   materialized.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -465,6 +466,8 @@ BEGIN
   END LOOP;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
+  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 CREATE OR REPLACE FUNCTION micromegas.regenerate_partitions(
   view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
 RETURNS TABLE ("time" timestamptz, msg text)
@@ -558,6 +561,51 @@ BEGIN
               j.lease_expires_at, p.token;
 END
 $$;
+CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF name IS NULL THEN
+    RETURN;  -- the caller's own NULL check names the column
+  END IF;
+  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE;
+  IF NOT FOUND THEN
+    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name FOR KEY SHARE;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION '%: view set "%" does not exist', caller, name
+        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_hold_view_set(text, text) IS
+  'Holds a view set''s row (definition or built-in) until the transaction ends, or refuses a view set that does not exist';
+CREATE OR REPLACE FUNCTION micromegas.mm_write_partition(
+  view_set_name text, view_instance_id text, begin_insert_time timestamptz, end_insert_time timestamptz,
+  min_event_time timestamptz, max_event_time timestamptz, file_path text, file_size bigint,
+  file_schema_hash bytea, source_data_hash bytea, num_rows bigint,
+  partition_format_version integer DEFAULT 1, sort_order text[] DEFAULT NULL,
+  max_sort_key_time timestamptz DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_write_partition');
+  p micromegas.lakehouse_partitions;
+BEGIN
+  p := ROW($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14);
+  PERFORM micromegas._mm_hold_view_set('mm_write_partition', $1);
+  BEGIN
+    INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
+  EXCEPTION WHEN exclusion_violation THEN
+    PERFORM micromegas._mm_raise_overlap(p);
+    -- The other writer's partition is gone again: nothing to name.
+    RAISE EXCEPTION 'partition % overlapped a partition written concurrently',
+        micromegas._mm_partition_label(p.view_set_name, p.view_instance_id, p.begin_insert_time,
+                                       p.end_insert_time, p.file_schema_hash)
+      USING ERRCODE = 'exclusion_violation', HINT = 'Check list_partitions() and retry.';
+  END;
+END
+$$;
 CREATE OR REPLACE FUNCTION micromegas.mm_replace_partitions(
   view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz,
   partitions micromegas.lakehouse_partitions[])
@@ -574,22 +622,7 @@ BEGIN
     RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
       USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  -- The view set must exist while its partitions are recorded: its row is
-  -- locked until this transaction ends, so a drop committed first is seen
-  -- here (and refused), and a drop that comes later waits and then retires
-  -- what this wrote. Without the lock, a daemon that materialized a view
-  -- while it was dropped would record partitions for a view that no longer
-  -- exists, and a view created again under that name with the same schema
-  -- would read them as its own.
-  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1 FOR KEY SHARE;
-  IF NOT FOUND THEN
-    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = $1 FOR KEY SHARE;
-    IF NOT FOUND THEN
-      RAISE EXCEPTION 'mm_replace_partitions: view set "%" does not exist', $1
-        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
-              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
-    END IF;
-  END IF;
+  PERFORM micromegas._mm_hold_view_set('mm_replace_partitions', $1);
   FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
     IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
       RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',
@@ -653,6 +686,4 @@ END
 $$;
 COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
-COMMENT ON FUNCTION micromegas._mm_queue_buckets(text, text, text, timestamptz, timestamptz, integer) IS
-  'One queued job of the given kind per bucket of [begin, end), checked like mm_plan_regeneration: regenerate_partitions and materialize_partitions';
 SELECT micromegas._mm_apply_privileges();

@@ -696,6 +696,33 @@ $$;
 COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
   'Retire every incompatible partition; one row per view set and instance';
 
+-- A partition is recorded only for a view set that exists: its row (a
+-- definition or a built-in) is held until the writing transaction ends, so a
+-- drop committed first is seen here (and refused), and a drop that comes
+-- later waits and then retires what was written. Without it, a daemon that
+-- materialized a view while it was dropped would record partitions for a view
+-- that no longer exists, and a view created again under that name with the
+-- same schema would read them as its own.
+CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF name IS NULL THEN
+    RETURN;  -- the caller's own NULL check names the column
+  END IF;
+  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE;
+  IF NOT FOUND THEN
+    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name FOR KEY SHARE;
+    IF NOT FOUND THEN
+      RAISE EXCEPTION '%: view set "%" does not exist', caller, name
+        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
+    END IF;
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_hold_view_set(text, text) IS
+  'Holds a view set''s row (definition or built-in) until the transaction ends, or refuses a view set that does not exist';
+
 -- A service writes one partition. An overlap with a partition of the same
 -- instance and schema is refused (23P01) naming both.
 CREATE FUNCTION micromegas.mm_write_partition(
@@ -711,6 +738,7 @@ DECLARE
   p micromegas.lakehouse_partitions;
 BEGIN
   p := ROW($1, $2, $3, $4, $5, $6, now(), $7, $8, $9, $10, $11, $12, $13, $14);
+  PERFORM micromegas._mm_hold_view_set('mm_write_partition', $1);
   BEGIN
     INSERT INTO micromegas.lakehouse_partitions VALUES (p.*);
   EXCEPTION WHEN exclusion_violation THEN
@@ -745,22 +773,7 @@ BEGIN
     RAISE EXCEPTION 'mm_replace_partitions: view_set_name and view_instance_id must not be NULL'
       USING ERRCODE = 'null_value_not_allowed';
   END IF;
-  -- The view set must exist while its partitions are recorded: its row is
-  -- locked until this transaction ends, so a drop committed first is seen
-  -- here (and refused), and a drop that comes later waits and then retires
-  -- what this wrote. Without the lock, a daemon that materialized a view
-  -- while it was dropped would record partitions for a view that no longer
-  -- exists, and a view created again under that name with the same schema
-  -- would read them as its own.
-  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = $1 FOR KEY SHARE;
-  IF NOT FOUND THEN
-    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = $1 FOR KEY SHARE;
-    IF NOT FOUND THEN
-      RAISE EXCEPTION 'mm_replace_partitions: view set "%" does not exist', $1
-        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
-              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
-    END IF;
-  END IF;
+  PERFORM micromegas._mm_hold_view_set('mm_replace_partitions', $1);
   FOREACH q IN ARRAY coalesce(partitions, '{}') LOOP
     IF q.view_set_name IS DISTINCT FROM $1 OR q.view_instance_id IS DISTINCT FROM $2 THEN
       RAISE EXCEPTION 'mm_replace_partitions: new partition % is not of %/%',
