@@ -52,7 +52,7 @@ def expand(match):
     if kind == 'new':
         return block(arg, comment=True)
     if kind == 'replace':
-        return block(arg).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1)
+        return block(arg, comment=True).replace('CREATE FUNCTION', 'CREATE OR REPLACE FUNCTION', 1)
     if kind == 'file':
         return sources[arg].rstrip('\n')
     if kind == 'verbatim':

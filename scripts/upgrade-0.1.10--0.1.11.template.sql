@@ -34,6 +34,10 @@
 --   does not exist and hold its row until they commit (_mm_hold_view_set,
 --   new): no partition is recorded for a view dropped while it was being
 --   materialized.
+-- * the re-check of the definitions reading a changed one is one routine
+--   for the write and for the read-only dry run (_mm_recheck and
+--   _mm_definition_changed, new; _mm_recheck_dependents and
+--   _mm_recheck_read_only go): the dry run differs only in not writing.
 --@verbatim schema.sql:role marks
 
 COMMENT ON TABLE micromegas.query_deny_list IS
@@ -71,4 +75,20 @@ DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
 --@replace CREATE FUNCTION micromegas.mm_write_partition(
 --@replace CREATE FUNCTION micromegas.mm_replace_partitions(
 --@new CREATE FUNCTION micromegas.materialize_partitions(
+-- The re-check of dependents is one routine for the write and the dry run
+-- (_mm_recheck, _mm_definition_changed): the AFTER UPDATE trigger reports
+-- incompatible partitions itself, and the dry run's copies go.
+DROP TRIGGER definitions_report_incompatible_update ON micromegas.lakehouse_view_set_definitions;
+DROP FUNCTION micromegas._mm_recheck_dependents(text, boolean);
+DROP FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]);
+DROP FUNCTION micromegas._mm_recheck_definition(text, text, text, text, integer, jsonb);
+--@new CREATE FUNCTION micromegas._mm_definition_changed(
+--@replace CREATE FUNCTION micromegas._mm_dry_write(
+--@new CREATE FUNCTION micromegas._mm_recheck(
+--@replace CREATE FUNCTION micromegas._mm_definitions_after_update(
+--@replace CREATE FUNCTION micromegas._mm_builtins_after_write(
+--@replace CREATE FUNCTION micromegas._mm_definitions_report_incompatible(
+--@replace CREATE FUNCTION micromegas._mm_dry_run_read_only(
+COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 SELECT micromegas._mm_apply_privileges();

@@ -385,13 +385,11 @@ COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
 
 -- What mm_create_view(statement) would store, asked without writing: the
--- trigger's own steps (_mm_prepare_definition, _mm_name_taken) and, for a
--- replace, the re-check of every dependent the write would make (strict
--- when the view's schema or group moves, lenient when it was failed to
--- load), depth first like the write path, each against what the write would
--- have stored so far (the "written" rows travel in four arrays: name,
--- schema, group, load error). Raises what the write raises, and the same
--- incompatible-partition notices.
+-- trigger's own steps (_mm_prepare_definition, _mm_name_taken,
+-- _mm_report_author_findings) and, for a replace, what its UPDATE sets off
+-- (_mm_definition_changed, with dry: the re-check of every dependent, each
+-- against what the write would have stored so far). Raises what the write
+-- raises, and the same notices.
 CREATE FUNCTION micromegas._mm_dry_run_read_only(statement text,
   OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
   OUT update_group integer, OUT warnings jsonb)
@@ -400,7 +398,6 @@ LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   p record;
   old micromegas.lakehouse_view_set_definitions;
-  w record;
   replacing boolean;
 BEGIN
   SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
@@ -417,16 +414,10 @@ BEGIN
   IF replacing THEN
     outcome := 'replaced';
     SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
-    -- _mm_definitions_after_update: a failed view that validates again
-    -- re-checks its dependents leniently, a moved schema or group strictly.
-    IF old.load_status = 'failed' OR old.schema_ipc IS DISTINCT FROM p.schema_ipc
-       OR old.update_group IS DISTINCT FROM p.update_group THEN
-      SELECT * INTO w FROM micromegas._mm_recheck_read_only(p.view_set_name, old.load_status <> 'failed',
-        ARRAY[p.view_set_name], ARRAY[p.schema_ipc], ARRAY[p.update_group], ARRAY[NULL::text]);
-    END IF;
-    IF old.schema_hash IS DISTINCT FROM p.schema_hash THEN
-      PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
-    END IF;
+    -- What the write's UPDATE sets off, decided by the same routine.
+    PERFORM micromegas._mm_definition_changed(p.view_set_name, old.load_status = 'ok', true,
+      old.schema_ipc, p.schema_ipc, old.update_group, p.update_group, old.schema_hash, p.schema_hash,
+      true, ARRAY[p.view_set_name], ARRAY[p.schema_ipc], ARRAY[p.update_group], ARRAY[NULL::text]);
   ELSE
     PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
   END IF;
@@ -434,102 +425,6 @@ END
 $$;
 COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
   'What mm_create_view(statement) would store, or the error it would raise, without writing';
-
--- One row "written" by a dry run: set in (or added to) the four arrays.
-CREATE FUNCTION micromegas._mm_dry_write(name text, schema_ipc text, update_group integer, load_error text,
-  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  i integer := pg_catalog.array_position(names, name);
-BEGIN
-  IF i IS NULL THEN
-    names := names || name; schemas := schemas || schema_ipc;
-    groups := groups || update_group; errors := errors || load_error;
-  ELSE
-    schemas[i] := schema_ipc; groups[i] := update_group; errors[i] := load_error;
-  END IF;
-END
-$$;
-COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
-  'One row written by a read-only dry run, kept in its arrays';
-
--- _mm_recheck_dependents(source, strict) without writing, over the rows as
--- stored overlaid with the dry run's: a dependent that no longer validates
--- raises the write path's error (strict) or is marked failed with what reads
--- it (lenient); one whose schema moves, or that was failed and validates
--- again, is what the write would rewrite, and its own dependents follow.
-CREATE FUNCTION micromegas._mm_recheck_read_only(source text, strict boolean,
-  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  dep record;
-  down record;
-  checked text;
-  problem text;
-  now_ok boolean;
-  w record;
-BEGIN
-  -- The write path's loop reads the dependents once, as they are when it
-  -- starts.
-  FOR dep IN SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
-                    d.update_group, d.view_options,
-                    coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
-                    CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
-                         ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
-               FROM micromegas.lakehouse_view_set_definitions d
-              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
-    -- As the write path: a problem with the dependent itself comes back as
-    -- data (by the error's kind); anything else is raised.
-    SELECT r.schema_ipc, r.problem INTO checked, problem
-      FROM micromegas._mm_recheck_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
-             dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors) r;
-    IF problem IS NOT NULL THEN
-      IF strict THEN
-        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
-      END IF;
-      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, dep.schema_ipc, dep.update_group,
-        format('no longer valid after "%s" changed: %s', source, problem), names, schemas, groups, errors);
-      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
-      FOR down IN WITH RECURSIVE downstream(name) AS (
-                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
-                    UNION
-                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream s WHERE x.reads @> ARRAY[s.name])
-                  SELECT x.view_set_name,
-                         coalesce(schemas[pg_catalog.array_position(names, x.view_set_name)], x.schema_ipc) AS schema_ipc,
-                         x.update_group
-                    FROM micromegas.lakehouse_view_set_definitions x
-                   WHERE x.view_set_name IN (SELECT s.name FROM downstream s)
-                     AND CASE WHEN pg_catalog.array_position(names, x.view_set_name) IS NULL THEN x.load_status <> 'failed'
-                              ELSE errors[pg_catalog.array_position(names, x.view_set_name)] IS NULL END
-                   ORDER BY x.view_set_name LOOP
-        SELECT * INTO w FROM micromegas._mm_dry_write(down.view_set_name, down.schema_ipc, down.update_group,
-          format('reads a view set that failed to load (after "%s" changed)', source), names, schemas, groups, errors);
-        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
-      END LOOP;
-      CONTINUE;
-    END IF;
-    IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
-      -- Rewritten: loads, with the schema just computed. Its own after-update
-      -- step looks at the row as it is now (this dry run may have marked it).
-      now_ok := CASE WHEN pg_catalog.array_position(names, dep.view_set_name) IS NULL THEN dep.was_ok
-                     ELSE errors[pg_catalog.array_position(names, dep.view_set_name)] IS NULL END;
-      SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, checked, dep.update_group, NULL,
-        names, schemas, groups, errors);
-      names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
-      IF NOT now_ok OR checked IS DISTINCT FROM dep.schema_ipc THEN
-        SELECT * INTO w FROM micromegas._mm_recheck_read_only(dep.view_set_name, now_ok, names, schemas, groups, errors);
-        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
-      END IF;
-      IF checked IS DISTINCT FROM dep.schema_ipc THEN
-        PERFORM micromegas._mm_report_incompatible(dep.view_set_name,
-                  (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f));
-      END IF;
-    END IF;
-  END LOOP;
-END
-$$;
-COMMENT ON FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]) IS
-  'The re-check of the dependents of source (strict or lenient), without writing, over the rows a dry run has written';
 
 -- Makes the author checks at least `level` (warn or error; off lifts the
 -- requirement) for every role of this database, or for the members of
@@ -667,10 +562,8 @@ COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
   'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
 COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
   'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
-COMMENT ON FUNCTION micromegas._mm_recheck_definition(text,text,text,text,integer,jsonb) IS
-  'A re-check of a stored dependent: its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
-  'The same re-check as if the given DDL views had the given schemas, groups and load errors (the read-only dry run)';
+  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 COMMENT ON FUNCTION micromegas._mm_schema_forms(text) IS
   'A schema given as JSON or base64 Arrow IPC: its IPC, JSON and hash';
 COMMENT ON FUNCTION micromegas._mm_shipped_builtins() IS

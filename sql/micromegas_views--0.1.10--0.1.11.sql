@@ -34,6 +34,10 @@
 --   does not exist and hold its row until they commit (_mm_hold_view_set,
 --   new): no partition is recorded for a view dropped while it was being
 --   materialized.
+-- * the re-check of the definitions reading a changed one is one routine
+--   for the write and for the read-only dry run (_mm_recheck and
+--   _mm_definition_changed, new; _mm_recheck_dependents and
+--   _mm_recheck_read_only go): the dry run differs only in not writing.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -65,12 +69,16 @@ BEGIN
   RETURN NULL;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_jobs_notify() IS
+  'Trigger: notifies micromegas_jobs of a job queued or asked to stop, and of one finished when micromegas_views.notify_finished_jobs is on (one payload per row; never for a claim or a heartbeat)';
 CREATE OR REPLACE FUNCTION micromegas.mm_explain_view(statement text)
 RETURNS TABLE (view_set_name text, would_be text, schema text, schema_hash bytea, reads text[],
                dependents text[], materialization_position bigint, problems text[], warnings jsonb)
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
   SELECT * FROM micromegas._mm_explain_view(statement, true)
 $$;
+COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
+  'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 COMMENT ON FUNCTION micromegas.mm_explain_view(text) IS
   'Dry run of mm_create_view: every check, nothing written, no lock taken or waited for; the same answer on a hot standby';
 COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
@@ -134,6 +142,8 @@ BEGIN
                  FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_register_builtin_view_set(text, text, integer, text, boolean, boolean) IS
+  'A service registers the current schema of a code-defined view set (base64 Arrow IPC or JSON)';
 CREATE OR REPLACE FUNCTION micromegas.mm_create_view(
   name text,
   extract_query text,
@@ -187,6 +197,8 @@ BEGIN
                       NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
+  'CREATE [OR REPLACE] MATERIALIZED VIEW name WITH (...): validate and store a view set definition';
 CREATE OR REPLACE FUNCTION micromegas._mm_definitions_before_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -327,6 +339,8 @@ BEGIN
   RETURN NEW;
 END
 $$;
+COMMENT ON FUNCTION micromegas._mm_definitions_before_write() IS
+  'Trigger: parses, validates and derives every column of a definition row (one call into Rust); turns a CREATE OR REPLACE into an update';
 CREATE OR REPLACE FUNCTION micromegas.mm_restore_view(name text, version bigint)
 RETURNS SETOF micromegas.view_change
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -363,6 +377,8 @@ BEGIN
                       micromegas._mm_incompatible_count(h.view_set_name);
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_restore_view(text, bigint) IS
+  'Put a view back as it was at a version (validated like CREATE OR REPLACE)';
 CREATE OR REPLACE FUNCTION micromegas.mm_privilege_matrix()
 RETURNS TABLE (object_kind text, object_name text, public text, reader text, service text, admin text)
 LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
@@ -478,6 +494,8 @@ BEGIN
   RETURN QUERY SELECT * FROM micromegas._mm_queue_buckets('regenerate', 'regenerate_partitions', $1, $2, $3, $4);
 END
 $$;
+COMMENT ON FUNCTION micromegas.regenerate_partitions(text, timestamptz, timestamptz, integer) IS
+  'Queue one regeneration job per bucket of [begin, end), checked like mm_plan_regeneration';
 -- A running job's progress, reported with its heartbeats.
 ALTER TABLE micromegas.jobs ADD COLUMN progress jsonb;
 COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attempt reported with its heartbeats, a JSON object; NULL until it reports';
@@ -561,6 +579,8 @@ BEGIN
               j.lease_expires_at, p.token;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
+  'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
 CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -606,6 +626,8 @@ BEGIN
   END;
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_write_partition(text, text, timestamptz, timestamptz, timestamptz, timestamptz, text, bigint, bytea, bytea, bigint, integer, text[], timestamptz) IS
+  'A service writes one partition (an overlap is refused, naming both partitions)';
 CREATE OR REPLACE FUNCTION micromegas.mm_replace_partitions(
   view_set_name text, view_instance_id text, begin_time timestamptz, end_time timestamptz,
   partitions micromegas.lakehouse_partitions[])
@@ -674,6 +696,8 @@ BEGIN
     micromegas._mm_time_text(begin_time), micromegas._mm_time_text(end_time));
 END
 $$;
+COMMENT ON FUNCTION micromegas.mm_replace_partitions(text, text, timestamptz, timestamptz, micromegas.lakehouse_partitions[]) IS
+  'Retire a range of a view instance and write its new partitions, atomically';
 CREATE FUNCTION micromegas.materialize_partitions(
   view_set_name text, begin_time timestamptz, end_time timestamptz, partition_delta_seconds integer)
 RETURNS TABLE ("time" timestamptz, msg text)
@@ -686,4 +710,226 @@ END
 $$;
 COMMENT ON FUNCTION micromegas.materialize_partitions(text, timestamptz, timestamptz, integer) IS
   'Queue one materialization job per bucket of [begin, end), checked like mm_plan_regeneration; the daemon writes a bucket only where its source count moved';
+-- The re-check of dependents is one routine for the write and the dry run
+-- (_mm_recheck, _mm_definition_changed): the AFTER UPDATE trigger reports
+-- incompatible partitions itself, and the dry run's copies go.
+DROP TRIGGER definitions_report_incompatible_update ON micromegas.lakehouse_view_set_definitions;
+DROP FUNCTION micromegas._mm_recheck_dependents(text, boolean);
+DROP FUNCTION micromegas._mm_recheck_read_only(text, boolean, text[], text[], integer[], text[]);
+DROP FUNCTION micromegas._mm_recheck_definition(text, text, text, text, integer, jsonb);
+CREATE FUNCTION micromegas._mm_definition_changed(name text, was_ok boolean, now_ok boolean,
+  old_schema text, new_schema text, old_group integer, new_group integer, old_hash bytea, new_hash bytea,
+  dry boolean, INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  strictly boolean;
+  w record;
+BEGIN
+  IF NOT was_ok AND now_ok THEN
+    strictly := false;
+  ELSIF old_schema IS DISTINCT FROM new_schema OR old_group IS DISTINCT FROM new_group THEN
+    strictly := NOT (micromegas._mm_installing() OR micromegas._mm_intent_held('lenient'));
+  END IF;
+  IF strictly IS NOT NULL THEN
+    SELECT * INTO w FROM micromegas._mm_recheck(name, strictly, dry, names, schemas, groups, errors);
+    names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+  END IF;
+  IF old_hash IS DISTINCT FROM new_hash THEN
+    PERFORM micromegas._mm_report_incompatible(name, new_hash);
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definition_changed(text, boolean, boolean, text, text, integer, integer, bytea, bytea, boolean, text[], text[], integer[], text[]) IS
+  'What a changed definition row sets off (the re-check of its dependents, strict or lenient, and the incompatible-partition notice), for the write and the dry run alike';
+CREATE OR REPLACE FUNCTION micromegas._mm_dry_write(name text, schema_ipc text, update_group integer, load_error text,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  i integer := pg_catalog.array_position(names, name);
+BEGIN
+  IF i IS NULL THEN
+    names := names || name; schemas := schemas || schema_ipc;
+    groups := groups || update_group; errors := errors || load_error;
+  ELSE
+    schemas[i] := schema_ipc; groups[i] := update_group; errors[i] := load_error;
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
+  'One row a read-only dry run would have written, kept in its arrays';
+CREATE FUNCTION micromegas._mm_recheck(source text, strict boolean, dry boolean,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep record;
+  down record;
+  cur record;
+  checked text;
+  problem text;
+  w record;
+BEGIN
+  -- A lenient re-check stays lenient all the way down: the rewrite of a
+  -- dependent whose schema moved re-checks that one's dependents in turn,
+  -- and those must be marked, not refused.
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_begin('lenient', NULL);
+  END IF;
+  -- Every write below is the extension's own re-check (src/pg/trust.rs).
+  PERFORM micromegas._mm_intent_begin('recheck', NULL);
+  FOR dep IN SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options,
+                    coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+                    CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                         ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
+               FROM micromegas.lakehouse_view_set_definitions d
+              WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
+    -- Why the dependent no longer validates comes back as data, decided
+    -- by the error's kind in Rust (ErrorKind::is_about_the_definition):
+    -- its text, checks and own limits (nesting, plan nodes, width, size).
+    -- Anything else is raised and fails the change, nothing marked: a
+    -- validation past a minute (re-checks run under the 60 s maximum, not
+    -- the session's limit: src/pg/settings.rs), Postgres running out of a
+    -- resource (memory, disk, stack: a very deep chain of views), a bug; a
+    -- cancel or statement_timeout as always.
+    SELECT r.schema_ipc, r.problem INTO checked, problem
+      FROM micromegas._mm_recheck_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors) r;
+    IF problem IS NOT NULL THEN
+      IF strict THEN
+        PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
+      END IF;
+      -- Marked failed (its stored schema stays), then every definition
+      -- downstream of it that still loads.
+      FOR down IN SELECT dep.view_set_name, dep.schema_ipc, dep.update_group,
+                         format('no longer valid after "%s" changed: %s', source, problem) AS load_error, 0 AS step
+                  UNION ALL
+                  (WITH RECURSIVE downstream(name) AS (
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+                    UNION
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream s WHERE x.reads @> ARRAY[s.name])
+                  SELECT x.view_set_name,
+                         coalesce(schemas[pg_catalog.array_position(names, x.view_set_name)], x.schema_ipc),
+                         x.update_group, format('reads a view set that failed to load (after "%s" changed)', source), 1
+                    FROM micromegas.lakehouse_view_set_definitions x
+                   WHERE x.view_set_name IN (SELECT s.name FROM downstream s)
+                     AND CASE WHEN pg_catalog.array_position(names, x.view_set_name) IS NULL THEN x.load_status <> 'failed'
+                              ELSE errors[pg_catalog.array_position(names, x.view_set_name)] IS NULL END)
+                  ORDER BY step, view_set_name LOOP
+        IF dry THEN
+          SELECT * INTO w FROM micromegas._mm_dry_write(down.view_set_name, down.schema_ipc, down.update_group,
+            down.load_error, names, schemas, groups, errors);
+          names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+        ELSE
+          UPDATE micromegas.lakehouse_view_set_definitions d
+             SET load_status = 'failed', load_error = down.load_error
+           WHERE d.view_set_name = down.view_set_name;
+        END IF;
+      END LOOP;
+      CONTINUE;
+    END IF;
+    IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
+      -- Rewritten: it stores the schema just computed and loads (a full
+      -- rewrite clears a failed mark: it says 'ok'), and what that change
+      -- sets off follows, against the row as it is now (this re-check may
+      -- have marked it since it started).
+      IF dry THEN
+        SELECT coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+               CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                    ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS ok
+          INTO cur FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = dep.view_set_name;
+        SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, checked, dep.update_group, NULL,
+          names, schemas, groups, errors);
+        SELECT * INTO w FROM micromegas._mm_definition_changed(dep.view_set_name, cur.ok, true,
+          cur.schema_ipc, checked, dep.update_group, dep.update_group,
+          (SELECT f.schema_hash FROM micromegas._mm_schema_forms(cur.schema_ipc) f),
+          (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f),
+          true, w.names, w.schemas, w.groups, w.errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      ELSE
+        -- Its AFTER UPDATE trigger calls _mm_definition_changed.
+        UPDATE micromegas.lakehouse_view_set_definitions d
+           SET definition_sql = d.definition_sql, load_status = 'ok'
+         WHERE d.view_set_name = dep.view_set_name;
+      END IF;
+    END IF;
+  END LOOP;
+  PERFORM micromegas._mm_intent_end('recheck');
+  IF NOT strict THEN
+    PERFORM micromegas._mm_intent_end('lenient');
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_recheck(text, boolean, boolean, text[], text[], integer[], text[]) IS
+  'Re-checks every definition reading a changed view set: refuses (strict) or marks failed; rewrites those whose schema moved or that load again. The write and the dry run (dry) share every decision';
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_definition_changed(NEW.view_set_name, OLD.load_status = 'ok', NEW.load_status = 'ok',
+    OLD.schema_ipc, NEW.schema_ipc, OLD.update_group, NEW.update_group, OLD.schema_hash, NEW.schema_hash,
+    false, '{}', '{}', '{}', '{}');
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definitions_after_update() IS
+  'Trigger: what a changed definition sets off (_mm_definition_changed): the re-check of its dependents, the incompatible-partition notice';
+CREATE OR REPLACE FUNCTION micromegas._mm_builtins_after_write() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    PERFORM micromegas._mm_recheck(OLD.view_set_name, false, false, '{}', '{}', '{}', '{}');
+  ELSIF TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc
+     OR NEW.update_group IS DISTINCT FROM OLD.update_group OR NEW.kind IS DISTINCT FROM OLD.kind THEN
+    PERFORM micromegas._mm_recheck(NEW.view_set_name, false, false, '{}', '{}', '{}', '{}');
+  END IF;
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_builtins_after_write() IS
+  'Trigger: re-checks the dependents of a built-in view set whose schema or group changed (marking those that no longer validate)';
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_report_incompatible() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+  PERFORM micromegas._mm_report_incompatible(NEW.view_set_name, NEW.schema_hash);
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definitions_report_incompatible() IS
+  'Trigger: a NOTICE when a definition created over left-over partitions does not match some of them';
+CREATE OR REPLACE FUNCTION micromegas._mm_dry_run_read_only(statement text,
+  OUT view_set_name text, OUT outcome text, OUT schema_ipc text, OUT schema_hash bytea, OUT reads text[],
+  OUT update_group integer, OUT warnings jsonb)
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  p record;
+  old micromegas.lakehouse_view_set_definitions;
+  replacing boolean;
+BEGIN
+  SELECT * INTO p FROM micromegas._mm_prepare_definition(NULL, statement, NULL, NULL, NULL, NULL, NULL, false);
+  view_set_name := p.view_set_name;
+  schema_ipc := p.schema_ipc;
+  schema_hash := p.schema_hash;
+  reads := p.reads;
+  update_group := p.update_group;
+  warnings := p.warnings;
+  outcome := 'created';
+  replacing := micromegas._mm_name_taken(p.view_set_name, p.or_replace, true);
+  -- The write raises the author findings before anything else it does.
+  PERFORM micromegas._mm_report_author_findings(p.view_set_name, p.warnings);
+  IF replacing THEN
+    outcome := 'replaced';
+    SELECT * INTO old FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = p.view_set_name;
+    -- What the write's UPDATE sets off, decided by the same routine.
+    PERFORM micromegas._mm_definition_changed(p.view_set_name, old.load_status = 'ok', true,
+      old.schema_ipc, p.schema_ipc, old.update_group, p.update_group, old.schema_hash, p.schema_hash,
+      true, ARRAY[p.view_set_name], ARRAY[p.schema_ipc], ARRAY[p.update_group], ARRAY[NULL::text]);
+  ELSE
+    PERFORM micromegas._mm_report_incompatible(p.view_set_name, p.schema_hash);
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
+  'What mm_create_view(statement) would store, or the error it would raise, without writing';
+COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
 SELECT micromegas._mm_apply_privileges();

@@ -927,8 +927,9 @@ CREATE TRIGGER definitions_retire_dropped
   AFTER DELETE ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_retire_dropped();
 
--- A definition whose schema hash changed (or a name created again): how
--- many of its partitions no longer match.
+-- A name created again over partitions left from an earlier definition:
+-- how many of them no longer match. (A changed definition is reported by
+-- _mm_definition_changed.)
 CREATE FUNCTION micromegas._mm_definitions_report_incompatible() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -937,7 +938,7 @@ BEGIN
 END
 $$;
 COMMENT ON FUNCTION micromegas._mm_definitions_report_incompatible() IS
-  'Trigger: a NOTICE when a definition''s new schema hash makes some of its partitions incompatible';
+  'Trigger: a NOTICE when a definition created over left-over partitions does not match some of them';
 
 -- The notice of a definition written with `schema_hash` (or, in a read-only
 -- dry run, that would be) whose partitions were written under another.
@@ -960,7 +961,3 @@ COMMENT ON FUNCTION micromegas._mm_report_incompatible(text,bytea) IS
 CREATE TRIGGER definitions_report_incompatible_insert
   AFTER INSERT ON micromegas.lakehouse_view_set_definitions
   FOR EACH ROW EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();
-CREATE TRIGGER definitions_report_incompatible_update
-  AFTER UPDATE ON micromegas.lakehouse_view_set_definitions
-  FOR EACH ROW WHEN (OLD.schema_hash IS DISTINCT FROM NEW.schema_hash)
-  EXECUTE FUNCTION micromegas._mm_definitions_report_incompatible();

@@ -351,14 +351,7 @@ $$;
 COMMENT ON FUNCTION micromegas._mm_actor() IS
   'The actor of a write: micromegas_views.actor when a service passes its user''s name, else session_user';
 
--- Re-checks every definition that reads `source` after `source` changed
--- (schema or group). A dependent that still validates but whose schema moved
--- (types or nullability) is rewritten (which re-checks its own dependents in
--- turn; the rewrite's validation is the one just made, remembered by the
--- backend, not a second planning). One that no longer validates either
--- refuses the change (strict: a DDL view was replaced) or is marked as
--- failed to load (a built-in schema was registered: the service's code is
--- the truth), with every view reading it.
+-- The refusal of a strict re-check (_mm_recheck).
 CREATE FUNCTION micromegas._mm_raise_broken_dependent(source text, dependent text, problem text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
@@ -479,22 +472,103 @@ $$;
 COMMENT ON FUNCTION micromegas._mm_name_taken(text,boolean,boolean) IS
   'Whether a definition replaces a stored one; refuses a built-in''s name and a plain CREATE of an existing view';
 
-CREATE FUNCTION micromegas._mm_recheck_dependents(source text, strict boolean) RETURNS void
+-- What a change of a definition row sets off, decided once for the write
+-- and for the read-only dry run: the write's AFTER UPDATE trigger
+-- (_mm_definitions_after_update) and the dry run (_mm_dry_run_read_only, and
+-- _mm_recheck for each dependent it would rewrite) both call it with the row
+-- before and after. A definition that loads again after it had failed
+-- re-checks its dependents leniently; one whose schema or group moved,
+-- strictly, except inside a lenient re-check (a built-in's registration:
+-- the service's code is the truth) or while this extension's own script
+-- runs (ALTER EXTENSION UPDATE re-validating the stored definitions: the new
+-- version's inference is the truth), where a dependent that no longer
+-- validates is marked failed, never the definition it reads. No caller can
+-- set either: both are backend state only this library writes
+-- (src/pg/trust.rs, _mm_installing). Then a NOTICE if the new schema hash
+-- makes some of its partitions incompatible. With `dry`, nothing is
+-- written: what the write would have written so far travels in the four
+-- arrays (name, schema, group, load error: NULL when it loads), which every
+-- step reads over the stored rows.
+CREATE FUNCTION micromegas._mm_definition_changed(name text, was_ok boolean, now_ok boolean,
+  old_schema text, new_schema text, old_group integer, new_group integer, old_hash bytea, new_hash bytea,
+  dry boolean, INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  dep micromegas.lakehouse_view_set_definitions;
-  checked_schema text;
+  strictly boolean;
+  w record;
+BEGIN
+  IF NOT was_ok AND now_ok THEN
+    strictly := false;
+  ELSIF old_schema IS DISTINCT FROM new_schema OR old_group IS DISTINCT FROM new_group THEN
+    strictly := NOT (micromegas._mm_installing() OR micromegas._mm_intent_held('lenient'));
+  END IF;
+  IF strictly IS NOT NULL THEN
+    SELECT * INTO w FROM micromegas._mm_recheck(name, strictly, dry, names, schemas, groups, errors);
+    names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+  END IF;
+  IF old_hash IS DISTINCT FROM new_hash THEN
+    PERFORM micromegas._mm_report_incompatible(name, new_hash);
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definition_changed(text, boolean, boolean, text, text, integer, integer, bytea, bytea, boolean, text[], text[], integer[], text[]) IS
+  'What a changed definition row sets off (the re-check of its dependents, strict or lenient, and the incompatible-partition notice), for the write and the dry run alike';
+
+-- One row a dry run would have written, kept in its four arrays.
+CREATE FUNCTION micromegas._mm_dry_write(name text, schema_ipc text, update_group integer, load_error text,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  i integer := pg_catalog.array_position(names, name);
+BEGIN
+  IF i IS NULL THEN
+    names := names || name; schemas := schemas || schema_ipc;
+    groups := groups || update_group; errors := errors || load_error;
+  ELSE
+    schemas[i] := schema_ipc; groups[i] := update_group; errors[i] := load_error;
+  END IF;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_dry_write(text, text, integer, text, text[], text[], integer[], text[]) IS
+  'One row a read-only dry run would have written, kept in its arrays';
+
+-- Re-checks every definition that reads `source` after `source` changed
+-- (schema or group) or loads again, in (update_group, name) order as they
+-- are when it starts. A dependent that still validates but whose schema
+-- moved (types or nullability), or that had failed and validates again, is
+-- rewritten (which re-checks its own dependents in turn, depth first; the
+-- rewrite's validation is the one just made, remembered by the backend, not
+-- a second planning). One that no longer validates either refuses the change
+-- (strict: a DDL view was replaced) or is marked as failed to load (lenient:
+-- a built-in schema was registered), with every view downstream of it that
+-- loads. The write and the dry run (`dry`: the arrays of
+-- _mm_definition_changed) take every decision here; the dry run only does
+-- not write.
+CREATE FUNCTION micromegas._mm_recheck(source text, strict boolean, dry boolean,
+  INOUT names text[], INOUT schemas text[], INOUT groups integer[], INOUT errors text[])
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  dep record;
+  down record;
+  cur record;
+  checked text;
   problem text;
+  w record;
 BEGIN
   -- A lenient re-check stays lenient all the way down: the rewrite of a
-  -- dependent whose schema moved re-checks that one's dependents in turn
-  -- (_mm_definitions_after_update), and those must be marked, not refused.
+  -- dependent whose schema moved re-checks that one's dependents in turn,
+  -- and those must be marked, not refused.
   IF NOT strict THEN
     PERFORM micromegas._mm_intent_begin('lenient', NULL);
   END IF;
   -- Every write below is the extension's own re-check (src/pg/trust.rs).
   PERFORM micromegas._mm_intent_begin('recheck', NULL);
-  FOR dep IN SELECT * FROM micromegas.lakehouse_view_set_definitions d
+  FOR dep IN SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
+                    d.update_group, d.view_options,
+                    coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+                    CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                         ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS was_ok
+               FROM micromegas.lakehouse_view_set_definitions d
               WHERE d.reads @> ARRAY[source] ORDER BY d.update_group, d.view_set_name LOOP
     -- Why the dependent no longer validates comes back as data, decided
     -- by the error's kind in Rust (ErrorKind::is_about_the_definition):
@@ -504,33 +578,66 @@ BEGIN
     -- the session's limit: src/pg/settings.rs), Postgres running out of a
     -- resource (memory, disk, stack: a very deep chain of views), a bug; a
     -- cancel or statement_timeout as always.
-    SELECT r.schema_ipc, r.problem INTO checked_schema, problem
-      FROM micromegas._mm_recheck_definition(dep.view_set_name, dep.extract_query, dep.count_src_query,
-             dep.merge_partitions_query, dep.update_group, dep.view_options) r;
+    SELECT r.schema_ipc, r.problem INTO checked, problem
+      FROM micromegas._mm_recheck_definition_with(dep.view_set_name, dep.extract_query, dep.count_src_query,
+             dep.merge_partitions_query, dep.update_group, dep.view_options, names, schemas, groups, errors) r;
     IF problem IS NOT NULL THEN
       IF strict THEN
         PERFORM micromegas._mm_raise_broken_dependent(source, dep.view_set_name, problem);
       END IF;
-      UPDATE micromegas.lakehouse_view_set_definitions d
-         SET load_status = 'failed', load_error = format('no longer valid after "%s" changed: %s', source, problem)
-       WHERE d.view_set_name = dep.view_set_name;
-      WITH RECURSIVE downstream(name) AS (
-        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
-        UNION
-        SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream w WHERE x.reads @> ARRAY[w.name]
-      )
-      UPDATE micromegas.lakehouse_view_set_definitions d
-         SET load_status = 'failed', load_error = format('reads a view set that failed to load (after "%s" changed)', source)
-       WHERE d.view_set_name IN (SELECT name FROM downstream) AND d.load_status <> 'failed';
+      -- Marked failed (its stored schema stays), then every definition
+      -- downstream of it that still loads.
+      FOR down IN SELECT dep.view_set_name, dep.schema_ipc, dep.update_group,
+                         format('no longer valid after "%s" changed: %s', source, problem) AS load_error, 0 AS step
+                  UNION ALL
+                  (WITH RECURSIVE downstream(name) AS (
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x WHERE x.reads @> ARRAY[dep.view_set_name]
+                    UNION
+                    SELECT x.view_set_name FROM micromegas.lakehouse_view_set_definitions x, downstream s WHERE x.reads @> ARRAY[s.name])
+                  SELECT x.view_set_name,
+                         coalesce(schemas[pg_catalog.array_position(names, x.view_set_name)], x.schema_ipc),
+                         x.update_group, format('reads a view set that failed to load (after "%s" changed)', source), 1
+                    FROM micromegas.lakehouse_view_set_definitions x
+                   WHERE x.view_set_name IN (SELECT s.name FROM downstream s)
+                     AND CASE WHEN pg_catalog.array_position(names, x.view_set_name) IS NULL THEN x.load_status <> 'failed'
+                              ELSE errors[pg_catalog.array_position(names, x.view_set_name)] IS NULL END)
+                  ORDER BY step, view_set_name LOOP
+        IF dry THEN
+          SELECT * INTO w FROM micromegas._mm_dry_write(down.view_set_name, down.schema_ipc, down.update_group,
+            down.load_error, names, schemas, groups, errors);
+          names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+        ELSE
+          UPDATE micromegas.lakehouse_view_set_definitions d
+             SET load_status = 'failed', load_error = down.load_error
+           WHERE d.view_set_name = down.view_set_name;
+        END IF;
+      END LOOP;
       CONTINUE;
     END IF;
-    IF checked_schema IS DISTINCT FROM dep.schema_ipc OR dep.load_status <> 'ok' THEN
-      -- A full rewrite stores the new schema, clears a failed mark (it
-      -- says 'ok': a 'failed' from a re-check is a mark, below),
-      -- notifies, and re-checks its own dependents.
-      UPDATE micromegas.lakehouse_view_set_definitions d
-         SET definition_sql = d.definition_sql, load_status = 'ok'
-       WHERE d.view_set_name = dep.view_set_name;
+    IF checked IS DISTINCT FROM dep.schema_ipc OR NOT dep.was_ok THEN
+      -- Rewritten: it stores the schema just computed and loads (a full
+      -- rewrite clears a failed mark: it says 'ok'), and what that change
+      -- sets off follows, against the row as it is now (this re-check may
+      -- have marked it since it started).
+      IF dry THEN
+        SELECT coalesce(schemas[pg_catalog.array_position(names, d.view_set_name)], d.schema_ipc) AS schema_ipc,
+               CASE WHEN pg_catalog.array_position(names, d.view_set_name) IS NULL THEN d.load_status = 'ok'
+                    ELSE errors[pg_catalog.array_position(names, d.view_set_name)] IS NULL END AS ok
+          INTO cur FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = dep.view_set_name;
+        SELECT * INTO w FROM micromegas._mm_dry_write(dep.view_set_name, checked, dep.update_group, NULL,
+          names, schemas, groups, errors);
+        SELECT * INTO w FROM micromegas._mm_definition_changed(dep.view_set_name, cur.ok, true,
+          cur.schema_ipc, checked, dep.update_group, dep.update_group,
+          (SELECT f.schema_hash FROM micromegas._mm_schema_forms(cur.schema_ipc) f),
+          (SELECT f.schema_hash FROM micromegas._mm_schema_forms(checked) f),
+          true, w.names, w.schemas, w.groups, w.errors);
+        names := w.names; schemas := w.schemas; groups := w.groups; errors := w.errors;
+      ELSE
+        -- Its AFTER UPDATE trigger calls _mm_definition_changed.
+        UPDATE micromegas.lakehouse_view_set_definitions d
+           SET definition_sql = d.definition_sql, load_status = 'ok'
+         WHERE d.view_set_name = dep.view_set_name;
+      END IF;
     END IF;
   END LOOP;
   PERFORM micromegas._mm_intent_end('recheck');
@@ -539,8 +646,8 @@ BEGIN
   END IF;
 END
 $$;
-COMMENT ON FUNCTION micromegas._mm_recheck_dependents(text,boolean) IS
-  'Re-checks every definition reading a changed view set: refuses (strict) or marks failed; rewrites those whose schema moved';
+COMMENT ON FUNCTION micromegas._mm_recheck(text, boolean, boolean, text[], text[], integer[], text[]) IS
+  'Re-checks every definition reading a changed view set: refuses (strict) or marks failed; rewrites those whose schema moved or that load again. The write and the dry run (dry) share every decision';
 
 -- Whether a caller's INSERT is a superuser loading a dumped row (what
 -- pg_restore does): it alone keeps the row's given audit columns and may
@@ -830,30 +937,19 @@ $$;
 COMMENT ON FUNCTION micromegas._mm_notify() IS
   'Trigger: notifies micromegas_view_definitions of a change, with the catalog version';
 
--- AFTER UPDATE of a definition whose schema or group moved: its dependents
--- must still validate, or the change is refused. After a failed definition
--- validates again, its dependents are re-checked and cleared too. Inside a
--- lenient re-check (a built-in's registration: the service's code is the
--- truth) and while this extension's own script runs (an ALTER EXTENSION
--- UPDATE re-validating the stored definitions: the new version's inference
--- is the truth), a dependent that no longer validates is marked failed,
--- never the definition it reads. No caller can set either: both are backend
--- state only this library writes (src/pg/trust.rs, _mm_installing).
+-- AFTER UPDATE of a definition: what the change sets off
+-- (_mm_definition_changed, which the dry run calls too).
 CREATE FUNCTION micromegas._mm_definitions_after_update() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
-  IF OLD.load_status = 'failed' AND NEW.load_status = 'ok' THEN
-    -- Re-validated after a failure: what reads it may load again.
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
-  ELSIF NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc OR NEW.update_group IS DISTINCT FROM OLD.update_group THEN
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name,
-      NOT (micromegas._mm_installing() OR micromegas._mm_intent_held('lenient')));
-  END IF;
+  PERFORM micromegas._mm_definition_changed(NEW.view_set_name, OLD.load_status = 'ok', NEW.load_status = 'ok',
+    OLD.schema_ipc, NEW.schema_ipc, OLD.update_group, NEW.update_group, OLD.schema_hash, NEW.schema_hash,
+    false, '{}', '{}', '{}', '{}');
   RETURN NULL;
 END
 $$;
 COMMENT ON FUNCTION micromegas._mm_definitions_after_update() IS
-  'Trigger: re-checks the dependents of a definition whose schema or group moved (strictly), or that loads again (leniently)';
+  'Trigger: what a changed definition sets off (_mm_definition_changed): the re-check of its dependents, the incompatible-partition notice';
 
 -- AFTER a built-in view set's schema or group changed: the service's code is
 -- the truth, so dependents that no longer validate are marked, not refused.
@@ -861,10 +957,10 @@ CREATE FUNCTION micromegas._mm_builtins_after_write() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   IF TG_OP = 'DELETE' THEN
-    PERFORM micromegas._mm_recheck_dependents(OLD.view_set_name, false);
+    PERFORM micromegas._mm_recheck(OLD.view_set_name, false, false, '{}', '{}', '{}', '{}');
   ELSIF TG_OP = 'INSERT' OR NEW.schema_ipc IS DISTINCT FROM OLD.schema_ipc
      OR NEW.update_group IS DISTINCT FROM OLD.update_group OR NEW.kind IS DISTINCT FROM OLD.kind THEN
-    PERFORM micromegas._mm_recheck_dependents(NEW.view_set_name, false);
+    PERFORM micromegas._mm_recheck(NEW.view_set_name, false, false, '{}', '{}', '{}', '{}');
   END IF;
   RETURN NULL;
 END

@@ -543,7 +543,7 @@ pub(super) fn overrides_from(
 /// error (the time limit, a cancel, a bug; Postgres' own, raised as they
 /// happen) is raised, naming the dependent: it says nothing about the
 /// view, so the change fails instead of marking it.
-fn recheck(row: RowInput, overrides: &[CatalogRow]) -> (Option<String>, Option<String>) {
+pub(super) fn recheck(row: RowInput, overrides: &[CatalogRow]) -> (Option<String>, Option<String>) {
     let name = row.view_set_name.clone().unwrap_or_default();
     match try_prepare_row(row, false, overrides) {
         Ok((_, prepared, _)) => (Some(prepared.schema_ipc), None),
@@ -560,7 +560,7 @@ fn recheck(row: RowInput, overrides: &[CatalogRow]) -> (Option<String>, Option<S
 }
 
 /// The stored definitions that read a view set, in the order the re-check
-/// visits them (`_mm_recheck_dependents`), with what they store now.
+/// visits them (`_mm_recheck`), with what they store now.
 const DEPENDENTS_QUERY: &str = "
     SELECT d.view_set_name, d.extract_query, d.count_src_query, d.merge_partitions_query,
            d.update_group, d.view_options, d.schema_ipc, d.load_status = 'ok', d.definition_sql
@@ -614,7 +614,7 @@ fn dependents_of(name: &str) -> Vec<Dependent> {
 
 /// Plans, ahead of the catalog lock, the re-check that writing `derived`
 /// (validated as `prepared`) will make of the definitions reading it
-/// (`_mm_recheck_dependents`), when the write changes what they read: its
+/// (`_mm_recheck`), when the write changes what they read: its
 /// schema or group, or it loads again.
 fn plan_dependents_of_definition_ahead(derived: &Derived, prepared: &Prepared) {
     let name = &derived.definition.name;
@@ -665,7 +665,7 @@ fn plan_dependents_ahead(written: CatalogRow) {
     ahead.visit(&name);
 }
 
-/// The re-check's walk, done ahead: `_mm_recheck_dependents` visits the
+/// The re-check's walk, done ahead: `_mm_recheck` visits the
 /// dependents of a changed view set in (update_group, name) order, and the
 /// rewrite of one whose schema moved re-checks that one's dependents at
 /// once, depth first. A dependent reached twice (a diamond) is planned in
@@ -893,10 +893,16 @@ mod micromegas {
         true
     }
 
-    /// `_mm_recheck_definition` as if the DDL view sets `names` had the
-    /// schemas, groups and load errors (NULL: it loads) given beside them:
-    /// the read-only dry run's re-check of a dependent (a hot standby
-    /// cannot write the row to find out), told apart the same way.
+    /// A re-check of a stored dependent after a view set it reads changed
+    /// (`_mm_recheck`), as if the DDL view sets `names` had the schemas,
+    /// groups and load errors (NULL: it loads) given beside them (none in a
+    /// write; what a dry run would have written so far, which a hot standby
+    /// cannot write to find out): its schema as it validates now, or why it
+    /// no longer does — an error about the definition itself, returned as
+    /// `problem` (see `ErrorKind::is_about_the_definition`). Any other error
+    /// (the time limit, a cancel, Postgres running out of a resource, a
+    /// bug) is raised: it says nothing about the dependent, so the change
+    /// that caused the re-check fails instead of marking it.
     #[pg_extern(stable, name = "_mm_recheck_definition_with")]
     #[allow(clippy::too_many_arguments)]
     fn recheck_definition_with(
@@ -922,34 +928,6 @@ mod micromegas {
             Some(view_options.0),
         );
         TableIterator::once(recheck(row, &overrides))
-    }
-
-    /// A re-check of a stored dependent after a view set it reads changed
-    /// (`_mm_recheck_dependents`): its schema as it validates now, or why it
-    /// no longer does — an error about the definition itself, returned as
-    /// `problem` (see `ErrorKind::is_about_the_definition`). Any other error
-    /// (the time limit, a cancel, Postgres running out of a resource, a
-    /// bug) is raised: it says nothing about the dependent, so the change
-    /// that caused the re-check fails instead of marking it.
-    #[pg_extern(volatile, name = "_mm_recheck_definition")]
-    fn recheck_definition(
-        view_set_name: String,
-        extract_query: String,
-        count_src_query: String,
-        merge_partitions_query: String,
-        update_group: i32,
-        view_options: JsonB,
-    ) -> TableIterator<'static, (name!(schema_ipc, Option<String>), name!(problem, Option<String>))>
-    {
-        let row = stored_row(
-            view_set_name,
-            extract_query,
-            count_src_query,
-            merge_partitions_query,
-            update_group,
-            Some(view_options.0),
-        );
-        TableIterator::once(recheck(row, &[]))
     }
 
     /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF

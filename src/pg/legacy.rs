@@ -1,6 +1,8 @@
 //! The Rust functions of released install scripts that the current one no
-//! longer declares (0.1.3; `_mm_prepare_definition`'s 0.1.6–0.1.8 symbol
-//! and `_mm_check_definition_with`, replaced in 0.1.9). A released script (sql/archive/) names their symbols
+//! longer declares (0.1.3; `_mm_prepare_definition`'s 0.1.6–0.1.8 symbol,
+//! `_mm_check_definition_with`, replaced in 0.1.9, and
+//! `_mm_recheck_definition`, replaced in 0.1.11). A released script (the
+//! upgrade test's fixtures, sql-tests/upgrade/releases/) names their symbols
 //! (`AS 'MODULE_PATHNAME', '…_wrapper'`), and it must still install and work
 //! against this library: the upgrade test creates each old version, writes
 //! definitions with it, then runs ALTER EXTENSION UPDATE. So they keep their
@@ -12,7 +14,7 @@ use super::errors::OrRaise;
 use super::helper::run_isolated;
 use micromegas_views_core::options::{check_name, NameUse, OptionValues};
 use micromegas_views_core::prepare;
-use super::api::{definition_columns, overrides_from, prepare_row, row_input, stored_row};
+use super::api::{definition_columns, overrides_from, prepare_row, recheck, row_input, stored_row};
 use micromegas_views_core::{checks, ddl, schema, Catalog, Definition, Error, Result, Statement};
 use pgrx::prelude::*;
 use pgrx::JsonB;
@@ -261,4 +263,28 @@ fn check_definition_with(
         view_options.map(|j| j.0),
     );
     prepare_row(row, false, &overrides).1.schema_ipc
+}
+
+/// `_mm_recheck_definition` of 0.1.9 and 0.1.10 (0.1.11's re-check, one
+/// routine for the write and the dry run, calls `_mm_recheck_definition_with`
+/// with no overrides): a stored dependent's schema as it validates now, or
+/// why it no longer does.
+#[pg_extern(sql = false, volatile)]
+fn recheck_definition(
+    view_set_name: String,
+    extract_query: String,
+    count_src_query: String,
+    merge_partitions_query: String,
+    update_group: i32,
+    view_options: JsonB,
+) -> TableIterator<'static, (name!(schema_ipc, Option<String>), name!(problem, Option<String>))> {
+    let row = stored_row(
+        view_set_name,
+        extract_query,
+        count_src_query,
+        merge_partitions_query,
+        update_group,
+        Some(view_options.0),
+    );
+    TableIterator::once(recheck(row, &[]))
 }

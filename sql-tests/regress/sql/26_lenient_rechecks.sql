@@ -61,21 +61,21 @@ SET micromegas_views.validation_timeout = '10ms';
 SELECT sqlstate, message LIKE '%exceeded the validation time limit of 10 ms' AS timed_out
   FROM mmv_try(format('SELECT micromegas.mm_create_view(%L)', replace(lr_view('lr_slow', :'slow_extract', 3001, 'time, process_id, v'),
     'CREATE MATERIALIZED', 'CREATE OR REPLACE MATERIALIZED')));
--- The re-check's own step (_mm_recheck_definition) tells the two apart by
+-- The re-check's own step (_mm_recheck_definition_with) tells the two apart by
 -- the error's kind, not its text: called outside a re-check, under the
 -- session's 10 ms, the time limit is raised (it says nothing about the
 -- definition); a definition's own problem comes back as data.
 SELECT sqlstate, message LIKE '%exceeded the validation time limit of 10 ms' AS timed_out
   FROM mmv_try($$SELECT r.* FROM micromegas.lakehouse_view_set_definitions d,
-    micromegas._mm_recheck_definition('lr_probe', d.extract_query, d.count_src_query, d.merge_partitions_query,
-                                      d.update_group, d.view_options) r WHERE d.view_set_name = 'lr_slow'$$);
+    micromegas._mm_recheck_definition_with('lr_probe', d.extract_query, d.count_src_query, d.merge_partitions_query,
+                                           d.update_group, d.view_options, '{}', '{}', '{}', '{}') r WHERE d.view_set_name = 'lr_slow'$$);
 RESET micromegas_views.validation_timeout;
 SELECT r.schema_ipc IS NULL AS no_schema, r.problem FROM micromegas.lakehouse_view_set_definitions d,
-  micromegas._mm_recheck_definition('lr_probe', 'SELECT time, process_id, nope AS v FROM lr_src', d.count_src_query,
-                                    d.merge_partitions_query, d.update_group, d.view_options) r WHERE d.view_set_name = 'lr_slow';
+  micromegas._mm_recheck_definition_with('lr_probe', 'SELECT time, process_id, nope AS v FROM lr_src', d.count_src_query,
+                                         d.merge_partitions_query, d.update_group, d.view_options, '{}', '{}', '{}', '{}') r WHERE d.view_set_name = 'lr_slow';
 SELECT r.schema_ipc IS NOT NULL AS validates, r.problem FROM micromegas.lakehouse_view_set_definitions d,
-  micromegas._mm_recheck_definition('lr_probe', 'SELECT time, process_id, value AS v FROM lr_src', d.count_src_query,
-                                    d.merge_partitions_query, d.update_group, d.view_options) r WHERE d.view_set_name = 'lr_slow';
+  micromegas._mm_recheck_definition_with('lr_probe', 'SELECT time, process_id, value AS v FROM lr_src', d.count_src_query,
+                                         d.merge_partitions_query, d.update_group, d.view_options, '{}', '{}', '{}', '{}') r WHERE d.view_set_name = 'lr_slow';
 SET micromegas_views.validation_timeout = '10ms';
 SELECT view_set_name FROM micromegas.mm_register_builtin_view_set('lr_src', lr_schema('Float64', true), 2000);
 RESET micromegas_views.validation_timeout;
