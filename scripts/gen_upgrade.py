@@ -7,6 +7,14 @@ scripts/upgrade_test.sh finds identical objects. Run after
 `cargo pgrx install` (or scripts/cluster.sh install) while TO is the
 development version; a released upgrade script is never regenerated.
 
+A template names what changes, one line each: --@new / --@replace a
+function of sql/ (with the COMMENT beside its CREATE), --@rust a function
+declared by a #[pg_extern] (with the COMMENT of the extension_sql! block
+beside it), --@comment a function whose COMMENT alone changed, --@verbatim
+a marked section of a source file, --@file a whole one. Grants are not
+retyped: a template ends with SELECT micromegas._mm_apply_privileges(),
+which applies the privilege matrix of sql/privileges.sql.
+
 usage: gen_upgrade.py PG_CONFIG FROM TO"""
 import re, subprocess, sys, pathlib
 
@@ -41,14 +49,26 @@ def block(start, comment=False):
             return text[i:j]
     raise SystemExit(f'not found: {start!r}')
 
+def comment(name):
+    """A function's COMMENT as the generated install script gives it."""
+    c = re.search(r"^COMMENT ON FUNCTION micromegas\." + name + r"\([^\n]*? IS\s*'", generated, re.M)
+    if not c:
+        raise SystemExit(f'no comment: {name!r}')
+    return generated[c.start():literal_end(generated, c.end() - 1)]
+
 def rust(name):
+    """A Rust function as the generated install script declares it, with
+    the COMMENT its extension_sql! block beside the #[pg_extern] gives."""
     m = re.search(r'CREATE  FUNCTION "' + name + r'"\(.*?AS \'MODULE_PATHNAME\', \'\w+\';', generated, re.S)
-    return m.group(0).replace(f'CREATE  FUNCTION "{name}"', f'CREATE FUNCTION micromegas."{name}"')
+    out = m.group(0).replace(f'CREATE  FUNCTION "{name}"', f'CREATE FUNCTION micromegas."{name}"')
+    return out + '\n' + comment(name)
 
 def expand(match):
     kind, arg = match.group(1), match.group(2).replace('\\n', '\n')
     if kind == 'rust':
         return rust(arg)
+    if kind == 'comment':
+        return comment(arg)
     if kind == 'new':
         return block(arg, comment=True)
     if kind == 'replace':
@@ -64,5 +84,5 @@ def expand(match):
         return text[text.index(begin) + len(begin):text.index(end)].rstrip('\n')
     raise SystemExit(kind)
 
-out = re.sub(r'^--@(rust|new|replace|verbatim|file) (.+)$', expand, body, flags=re.M)
+out = re.sub(r'^--@(rust|comment|new|replace|verbatim|file) (.+)$', expand, body, flags=re.M)
 (root / 'sql' / f'micromegas_views--{old}--{new}.sql').write_text(out)

@@ -38,6 +38,10 @@
 --   for the write and for the read-only dry run (_mm_recheck and
 --   _mm_definition_changed, new; _mm_recheck_dependents and
 --   _mm_recheck_read_only go): the dry run differs only in not writing.
+-- * what a trigger reports to the function that ran its statement (the
+--   view a replace replaced, the job a create queued, what a drop retired)
+--   is backend memory (_mm_report, _mm_take_report, new), not settings
+--   any role could write.
 --@verbatim schema.sql:role marks
 
 COMMENT ON TABLE micromegas.query_deny_list IS
@@ -53,11 +57,7 @@ COMMENT ON FUNCTION micromegas._mm_explain_view(text, boolean) IS
   'mm_explain_view by _mm_dry_run_read_only (read_only), or by a rolled-back write, its oracle in the tests';
 
 --@rust _mm_plan_ahead
-COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
-  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
 --@rust _mm_plan_builtin_ahead
-COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
-  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
 --@replace CREATE FUNCTION micromegas.mm_register_builtin_view_set(
 --@replace CREATE FUNCTION micromegas.mm_create_view(\n  name text,
 --@replace CREATE FUNCTION micromegas._mm_definitions_before_write(
@@ -89,6 +89,14 @@ DROP FUNCTION micromegas._mm_recheck_definition(text, text, text, text, integer,
 --@replace CREATE FUNCTION micromegas._mm_builtins_after_write(
 --@replace CREATE FUNCTION micromegas._mm_definitions_report_incompatible(
 --@replace CREATE FUNCTION micromegas._mm_dry_run_read_only(
-COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
-  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
+--@comment _mm_recheck_definition_with
+-- What a trigger tells the function that ran its statement travels in
+-- backend memory (_mm_report, _mm_take_report, new), not in settings any
+-- role may write.
+--@rust _mm_report
+--@rust _mm_take_report
+--@replace CREATE FUNCTION micromegas.mm_create_view(statement text)
+--@replace CREATE FUNCTION micromegas._mm_drop(
+--@replace CREATE FUNCTION micromegas._mm_definitions_retire_dropped(
+--@replace CREATE FUNCTION micromegas._mm_definitions_refresh_on_create(
 SELECT micromegas._mm_apply_privileges();

@@ -13,14 +13,13 @@ DECLARE
   target text;
   outcome text;
 BEGIN
-  PERFORM pg_catalog.set_config('micromegas_views.replaced', '', true);
-  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  PERFORM micromegas._mm_take_report('replaced'), micromegas._mm_take_report('created_job');
   INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
   RETURNING d.view_set_name INTO target;
   outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
-  target := coalesce(target, pg_catalog.current_setting('micromegas_views.replaced'));
+  target := coalesce(target, micromegas._mm_take_report('replaced'));
   RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target),
-                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid
+                      micromegas._mm_take_report('created_job')::uuid
                  FROM micromegas.catalog_state s;
 END
 $$;
@@ -54,7 +53,7 @@ DECLARE
     'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
   outcome text := 'created';
 BEGIN
-  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  PERFORM micromegas._mm_take_report('created_job');
   -- Planned before the lock: the write under it takes the answer from
   -- memory unless what the definition reads moved meanwhile.
   PERFORM micromegas._mm_plan_ahead(name, NULL, extract_query, count_src_query, merge_partitions_query,
@@ -78,7 +77,7 @@ BEGIN
     VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
   END IF;
   RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
-                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
+                      micromegas._mm_take_report('created_job')::uuid;
 END
 $$;
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
@@ -103,7 +102,7 @@ BEGIN
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN
     -- What the DELETE trigger retired (sql/partitions.sql): "count bytes".
-    retired := pg_catalog.string_to_array(pg_catalog.current_setting('micromegas_views.retired'), ' ');
+    retired := pg_catalog.string_to_array(micromegas._mm_take_report('retired'), ' ');
     RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version(),
                         retired[1]::bigint, retired[2]::bigint;
     RETURN;
@@ -520,60 +519,6 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_hits', '');
 -- regress 25_comments fails on one without; docs/sql-reference.md is generated
 -- from them), beside its CREATE. These are the functions written in Rust
 -- (src/pg/), which pgrx creates before this file runs.
-COMMENT ON FUNCTION micromegas._mm_author_checks() IS
-  'The session''s micromegas_views.author_checks (off, warn or error)';
-COMMENT ON FUNCTION micromegas._mm_caller() IS
-  'The role running the statement outside any SECURITY DEFINER function (GetOuterUserId)';
-COMMENT ON FUNCTION micromegas._mm_caller_is_superuser() IS
-  'Whether the role running the statement (outside SECURITY DEFINER functions) is a superuser';
-COMMENT ON FUNCTION micromegas._mm_check_deny_rule(text) IS
-  'Checks a deny rule''s expression (columns, operators, size) and raises its problem';
-COMMENT ON FUNCTION micromegas._mm_check_name(text,text) IS
-  'Applies the name rule of a use (create, reference or builtin), raising its error';
-COMMENT ON FUNCTION micromegas._mm_creating_extension() IS
-  'True only while this extension''s own CREATE or ALTER EXTENSION script runs';
-COMMENT ON FUNCTION micromegas._mm_deny_max_rules() IS
-  'micromegas_views.query_deny_max_rules';
-COMMENT ON FUNCTION micromegas._mm_file_retention_seconds() IS
-  'micromegas_views.file_retention in seconds';
-COMMENT ON FUNCTION micromegas._mm_first_denial(text[],text[],text[]) IS
-  'The first deny rule (by rule_id) whose expression a query''s attributes satisfy, or NULL';
-COMMENT ON FUNCTION micromegas._mm_format_schema(text) IS
-  'A stored base64 Arrow IPC schema, one field per line';
-COMMENT ON FUNCTION micromegas._mm_intent(text) IS
-  'The extension''s own write in progress for a view set (replace, recheck, restore, load), or NULL';
-COMMENT ON FUNCTION micromegas._mm_intent_begin(text,text) IS
-  'Marks the extension''s own writes that follow (backend memory, dropped at subtransaction abort and transaction end)';
-COMMENT ON FUNCTION micromegas._mm_intent_end(text) IS
-  'Ends the innermost intent of this kind';
-COMMENT ON FUNCTION micromegas._mm_intent_held(text) IS
-  'Whether an intent of this kind is anywhere on the backend''s stack (lenient: broken dependents are marked failed, not refused)';
-COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
-  'micromegas_views.job_lease in seconds';
-COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
-  'micromegas_views.job_max_attempts';
-COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS
-  'The SHA-256 of a lease token: only the hash is stored';
-COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
-  'micromegas_views.notify_finished_jobs: whether a job that ends is announced on micromegas_jobs';
-COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
-  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';
-COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
-  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';
-COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
-  'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';
-COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
-  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
-COMMENT ON FUNCTION micromegas._mm_schema_forms(text) IS
-  'A schema given as JSON or base64 Arrow IPC: its IPC, JSON and hash';
-COMMENT ON FUNCTION micromegas._mm_shipped_builtins() IS
-  'The built-in view sets CREATE EXTENSION seeds (JSON)';
-COMMENT ON FUNCTION micromegas._mm_shipped_log_stats() IS
-  'The log_stats statement CREATE EXTENSION ships';
-COMMENT ON FUNCTION micromegas._mm_statement_target(text) IS
-  'What a statement names: create (or replace) or drop, the view name, and IF EXISTS';
-COMMENT ON FUNCTION micromegas.mm_sql_hash(text) IS
-  'The hash of a query text the deny list''s sql_hash attribute compares with';
 -- </comments>
 
 

@@ -577,7 +577,7 @@ BEGIN
     RETURN NULL;
   END IF;
   SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');
-  PERFORM pg_catalog.set_config('micromegas_views.created_job', r.job_id::text, true);
+  PERFORM micromegas._mm_report('created_job', r.job_id::text);
   RETURN NULL;
 END
 $$;

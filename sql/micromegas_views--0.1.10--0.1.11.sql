@@ -38,6 +38,10 @@
 --   for the write and for the read-only dry run (_mm_recheck and
 --   _mm_definition_changed, new; _mm_recheck_dependents and
 --   _mm_recheck_read_only go): the dry run differs only in not writing.
+-- * what a trigger reports to the function that ran its statement (the
+--   view a replace replaced, the job a create queued, what a drop retired)
+--   is backend memory (_mm_report, _mm_take_report, new), not settings
+--   any role could write.
 -- The extension's mark on its roles, where it is missing (rewriting it
 -- would make two installs in two databases at once collide on the same
 -- catalog row). The upgrade to 0.1.11 runs this same block.
@@ -170,7 +174,7 @@ DECLARE
     'merge_sort_order', merge_sort_order, 'with_no_data', with_no_data, 'auto_refresh', auto_refresh));
   outcome text := 'created';
 BEGIN
-  PERFORM pg_catalog.set_config('micromegas_views.created_job', '', true);
+  PERFORM micromegas._mm_take_report('created_job');
   -- Planned before the lock: the write under it takes the answer from
   -- memory unless what the definition reads moved meanwhile.
   PERFORM micromegas._mm_plan_ahead(name, NULL, extract_query, count_src_query, merge_partitions_query,
@@ -194,7 +198,7 @@ BEGIN
     VALUES (name, extract_query, count_src_query, merge_partitions_query, update_group, options);
   END IF;
   RETURN QUERY SELECT name, outcome, micromegas.mm_catalog_version(), micromegas._mm_incompatible_count(name),
-                      NULLIF(pg_catalog.current_setting('micromegas_views.created_job'), '')::uuid;
+                      micromegas._mm_take_report('created_job')::uuid;
 END
 $$;
 COMMENT ON FUNCTION micromegas.mm_create_view(text) IS
@@ -294,8 +298,9 @@ BEGIN
            update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
      WHERE d.view_set_name = p.view_set_name;
     PERFORM micromegas._mm_intent_end('replace');
-    -- mm_create_view reports the replace (a skipped INSERT returns no row).
-    PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+    -- mm_create_view reports the replace (a skipped INSERT returns no row),
+    -- told through backend memory no caller can write.
+    PERFORM micromegas._mm_report('replaced', p.view_set_name);
     RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN
@@ -932,4 +937,111 @@ COMMENT ON FUNCTION micromegas._mm_dry_run_read_only(text) IS
   'What mm_create_view(statement) would store, or the error it would raise, without writing';
 COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
   'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';
+-- What a trigger tells the function that ran its statement travels in
+-- backend memory (_mm_report, _mm_take_report, new), not in settings any
+-- role may write.
+CREATE FUNCTION micromegas."_mm_report"(
+	"kind" TEXT, /* & str */
+	"value" TEXT /* & str */
+) RETURNS void
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'report_wrapper';
+COMMENT ON FUNCTION micromegas._mm_report(text,text) IS
+  'A trigger reports what the statement''s result cannot carry (the view a replace replaced, the job a create queued, what a drop retired) to the function that ran it: backend memory no caller can write';
+CREATE FUNCTION micromegas."_mm_take_report"(
+	"kind" TEXT /* & str */
+) RETURNS TEXT /* Option < String > */
+STRICT VOLATILE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'take_report_wrapper';
+COMMENT ON FUNCTION micromegas._mm_take_report(text) IS
+  'What a trigger last reported of a kind (_mm_report), forgotten once read';
+CREATE OR REPLACE FUNCTION micromegas.mm_create_view(statement text)
+RETURNS TABLE (view_set_name text, status text, version bigint, incompatible_partitions bigint, job_id uuid)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_create_view');
+  target text;
+  outcome text;
+BEGIN
+  PERFORM micromegas._mm_take_report('replaced'), micromegas._mm_take_report('created_job');
+  INSERT INTO micromegas.lakehouse_view_set_definitions AS d (definition_sql) VALUES (statement)
+  RETURNING d.view_set_name INTO target;
+  outcome := CASE WHEN target IS NULL THEN 'replaced' ELSE 'created' END;
+  target := coalesce(target, micromegas._mm_take_report('replaced'));
+  RETURN QUERY SELECT target, outcome, s.version, micromegas._mm_incompatible_count(target),
+                      micromegas._mm_take_report('created_job')::uuid
+                 FROM micromegas.catalog_state s;
+END
+$$;
+CREATE OR REPLACE FUNCTION micromegas._mm_drop(target text, if_exists boolean)
+RETURNS TABLE (view_set_name text, status text, version bigint, partitions_retired bigint, bytes_queued bigint)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  retired text[];
+BEGIN
+  PERFORM micromegas._mm_lock_catalog();
+  DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
+  IF FOUND THEN
+    -- What the DELETE trigger retired (sql/partitions.sql): "count bytes".
+    retired := pg_catalog.string_to_array(micromegas._mm_take_report('retired'), ' ');
+    RETURN QUERY SELECT target, 'dropped'::text, micromegas.mm_catalog_version(),
+                        retired[1]::bigint, retired[2]::bigint;
+    RETURN;
+  END IF;
+  IF NOT if_exists THEN
+    IF EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = target) THEN
+      RAISE EXCEPTION '"%" is a built-in view set, not a materialized view', target
+        USING ERRCODE = 'wrong_object_type',
+              DETAIL = 'Built-in view sets are defined in the services'' code.';
+    END IF;
+    RAISE EXCEPTION 'materialized view "%" does not exist', target
+      USING ERRCODE = 'undefined_object';
+  END IF;
+  RETURN QUERY SELECT target, 'not_found'::text, micromegas.mm_catalog_version(), 0::bigint, 0::bigint;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_drop(text,boolean) IS
+  'Drops a definition by name (the two mm_drop_view forms call it), reporting the retired partitions';
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_retire_dropped() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  n bigint;
+  bytes bigint;
+  gone_rows micromegas.lakehouse_partitions[];
+BEGIN
+  WITH gone AS (
+    DELETE FROM micromegas.lakehouse_partitions p
+     WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
+    RETURNING p.*)
+  SELECT count(*), coalesce(array_agg(g), '{}') INTO n, gone_rows FROM gone g;
+  SELECT coalesce(sum(u.file_size), 0) INTO bytes FROM micromegas._mm_unreferenced_files(gone_rows) u;
+  PERFORM micromegas._mm_report('retired', n || ' ' || bytes);
+  IF n > 0 THEN
+    RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',
+      n, OLD.view_set_name, bytes;
+  END IF;
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definitions_retire_dropped() IS
+  'Trigger: retires the global partitions of a dropped view set and queues their files';
+CREATE OR REPLACE FUNCTION micromegas._mm_definitions_refresh_on_create() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  r record;
+BEGIN
+  IF NEW.load_status <> 'ok'
+     OR micromegas._mm_write_kind(TG_OP, NEW.view_set_name) NOT IN ('create', 'replace') THEN
+    RETURN NULL;
+  END IF;
+  SELECT * INTO r FROM micromegas._mm_request_job('refresh', NEW.view_set_name, NULL, NULL, '{}');
+  PERFORM micromegas._mm_report('created_job', r.job_id::text);
+  RETURN NULL;
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_definitions_refresh_on_create() IS
+  'Trigger: queues a refresh of everything for a definition created or replaced with with_no_data = false';
 SELECT micromegas._mm_apply_privileges();

@@ -913,7 +913,7 @@ BEGIN
     RETURNING p.*)
   SELECT count(*), coalesce(array_agg(g), '{}') INTO n, gone_rows FROM gone g;
   SELECT coalesce(sum(u.file_size), 0) INTO bytes FROM micromegas._mm_unreferenced_files(gone_rows) u;
-  PERFORM pg_catalog.set_config('micromegas_views.retired', n || ' ' || bytes, true);
+  PERFORM micromegas._mm_report('retired', n || ' ' || bytes);
   IF n > 0 THEN
     RAISE NOTICE 'retired % partition(s) of materialized view "%"; % bytes of files queued for deletion',
       n, OLD.view_set_name, bytes;

@@ -780,8 +780,9 @@ BEGIN
            update_group = NEW.update_group, view_options = NEW.view_options, load_status = 'ok'
      WHERE d.view_set_name = p.view_set_name;
     PERFORM micromegas._mm_intent_end('replace');
-    -- mm_create_view reports the replace (a skipped INSERT returns no row).
-    PERFORM pg_catalog.set_config('micromegas_views.replaced', p.view_set_name, true);
+    -- mm_create_view reports the replace (a skipped INSERT returns no row),
+    -- told through backend memory no caller can write.
+    PERFORM micromegas._mm_report('replaced', p.view_set_name);
     RETURN NULL;
   END IF;
   IF TG_OP = 'INSERT' THEN

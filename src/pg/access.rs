@@ -19,6 +19,12 @@ mod micromegas {
         })
         .or_raise()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_check_deny_rule(text) IS
+  'Checks a deny rule''s expression (columns, operators, size) and raises its problem';"#,
+        name = "comment_mm_check_deny_rule",
+        requires = [check_deny_rule],
+    );
 
     /// The 1-based position of the first rule whose expression is TRUE for
     /// the context (`MATCH_COLUMNS` order; a NULL `sql_hash` is the
@@ -40,6 +46,12 @@ mod micromegas {
             .or_raise()
             .map(|i| i as i32 + 1)
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_first_denial(text[],text[],text[]) IS
+  'The first deny rule (by rule_id) whose expression a query''s attributes satisfy, or NULL';"#,
+        name = "comment_mm_first_denial",
+        requires = [first_denial],
+    );
 
     /// `micromegas_views.query_deny_max_rules` (loading the library first,
     /// so the setting is always defined when read).
@@ -47,6 +59,12 @@ mod micromegas {
     fn deny_max_rules() -> i32 {
         super::super::settings::query_deny_max_rules()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_deny_max_rules() IS
+  'micromegas_views.query_deny_max_rules';"#,
+        name = "comment_mm_deny_max_rules",
+        requires = [deny_max_rules],
+    );
 
     /// The fingerprint micromegas' query audit log records for a query text
     /// (16 hex digits): what a deny rule matches as `sql_hash`.
@@ -54,4 +72,10 @@ mod micromegas {
     fn sql_hash(sql: &str) -> String {
         run_isolated(sql.to_owned(), |text| deny::sql_hash(&text)).or_raise()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas.mm_sql_hash(text) IS
+  'The hash of a query text the deny list''s sql_hash attribute compares with';"#,
+        name = "commentmm_sql_hash",
+        requires = [sql_hash],
+    );
 }

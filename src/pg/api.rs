@@ -796,6 +796,12 @@ mod micromegas {
         );
         TableIterator::once(definition_columns(row, keep_failed))
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_prepare_definition(text,text,text,text,text,integer,jsonb,boolean) IS
+  'Derives and validates a definition row (statement text, columns or both): every derived column, the findings and the sources'' hash, or the error';"#,
+        name = "comment_mm_prepare_definition",
+        requires = [prepare_definition_row],
+    );
 
     /// Plans a definitions row ahead of its write, before the catalog lock
     /// is taken: the answer is remembered under the catalog rows it read,
@@ -849,6 +855,12 @@ mod micromegas {
         }
         ok
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_plan_ahead(text,text,text,text,text,integer,jsonb) IS
+  'Plans a definitions row, and the re-check of the definitions reading it, before its write takes the catalog lock; the write takes the answers from memory unless the catalog rows they read moved';"#,
+        name = "comment_mm_plan_ahead",
+        requires = [plan_ahead],
+    );
 
     /// Plans, before `mm_register_builtin_view_set` takes the catalog lock,
     /// the re-check its write will make of the definitions reading the
@@ -892,6 +904,12 @@ mod micromegas {
         }
         true
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_plan_builtin_ahead(text,text,integer,text) IS
+  'Plans, before a built-in''s registration takes the catalog lock, the re-check of the definitions reading it when the registration changes their input';"#,
+        name = "comment_mm_plan_builtin_ahead",
+        requires = [plan_builtin_ahead],
+    );
 
     /// A re-check of a stored dependent after a view set it reads changed
     /// (`_mm_recheck`), as if the DDL view sets `names` had the schemas,
@@ -929,6 +947,12 @@ mod micromegas {
         );
         TableIterator::once(recheck(row, &overrides))
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_recheck_definition_with(text,text,text,text,integer,jsonb,text[],text[],integer[],text[]) IS
+  'A re-check of a stored dependent, as if the given DDL views had the given schemas, groups and load errors (a dry run''s so far): its schema as it validates now, or why it does not (an error about the definition itself); any other error is raised';"#,
+        name = "comment_mm_recheck_definition_with",
+        requires = [recheck_definition_with],
+    );
 
     /// What a statement names: `create` (with OR REPLACE) or `drop` (with IF
     /// EXISTS). A bare view name is a drop of it. The name rule is applied.
@@ -963,6 +987,12 @@ mod micromegas {
         .or_raise();
         TableIterator::once(target)
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_statement_target(text) IS
+  'What a statement names: create (or replace) or drop, the view name, and IF EXISTS';"#,
+        name = "comment_mm_statement_target",
+        requires = [statement_target],
+    );
 
     /// Reads a schema given as JSON or base64 Arrow IPC: its stored forms.
     #[pg_extern(immutable, parallel_safe, name = "_mm_schema_forms")]
@@ -987,6 +1017,12 @@ mod micromegas {
         .or_raise();
         TableIterator::once((ipc, JsonB(json), hash))
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_schema_forms(text) IS
+  'A schema given as JSON or base64 Arrow IPC: its IPC, JSON and hash';"#,
+        name = "comment_mm_schema_forms",
+        requires = [schema_forms],
+    );
 
     /// The readable one-field-per-line form of a stored schema.
     #[pg_extern(immutable, parallel_safe, name = "_mm_format_schema")]
@@ -996,6 +1032,12 @@ mod micromegas {
         })
         .or_raise()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_format_schema(text) IS
+  'A stored base64 Arrow IPC schema, one field per line';"#,
+        name = "comment_mm_format_schema",
+        requires = [format_schema],
+    );
 
     /// The name rule of `usage` (`create`, `reference` or `builtin`),
     /// raised as an error. The SQL functions that take a name call it.
@@ -1011,6 +1053,12 @@ mod micromegas {
         check_name(name, usage).or_raise();
         true
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_check_name(text,text) IS
+  'Applies the name rule of a use (create, reference or builtin), raising its error';"#,
+        name = "comment_mm_check_name",
+        requires = [check_name_sql],
+    );
 
     /// True only while CREATE EXTENSION or ALTER EXTENSION UPDATE runs this
     /// extension's script: the shipped rows are written then. No setting
@@ -1024,16 +1072,34 @@ mod micromegas {
                     == pg_sys::get_extension_oid(c"micromegas_views".as_ptr(), true)
         }
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_creating_extension() IS
+  'True only while this extension''s own CREATE or ALTER EXTENSION script runs';"#,
+        name = "comment_mm_creating_extension",
+        requires = [creating_extension],
+    );
 
     /// The built-in view sets CREATE EXTENSION seeds.
     #[pg_extern(immutable, parallel_safe, name = "_mm_shipped_builtins")]
     fn shipped_builtins() -> JsonB {
         JsonB(builtins())
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_shipped_builtins() IS
+  'The built-in view sets CREATE EXTENSION seeds (JSON)';"#,
+        name = "comment_mm_shipped_builtins",
+        requires = [shipped_builtins],
+    );
 
     /// The log_stats definition CREATE EXTENSION ships.
     #[pg_extern(immutable, parallel_safe, name = "_mm_shipped_log_stats")]
     fn shipped_log_stats() -> &'static str {
         LOG_STATS_SQL.trim_end()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_shipped_log_stats() IS
+  'The log_stats statement CREATE EXTENSION ships';"#,
+        name = "comment_mm_shipped_log_stats",
+        requires = [shipped_log_stats],
+    );
 }

@@ -15,4 +15,10 @@ mod micromegas {
     fn lease_hash(token: pgrx::Uuid) -> Vec<u8> {
         jobs::lease_hash(token.as_bytes()).to_vec()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_lease_hash(uuid) IS
+  'The SHA-256 of a lease token: only the hash is stored';"#,
+        name = "comment_mm_lease_hash",
+        requires = [lease_hash],
+    );
 }

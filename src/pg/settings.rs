@@ -280,18 +280,36 @@ pub(crate) mod micromegas {
     fn file_retention_seconds() -> i32 {
         super::file_retention_seconds()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_file_retention_seconds() IS
+  'micromegas_views.file_retention in seconds';"#,
+        name = "comment_mm_file_retention_seconds",
+        requires = [file_retention_seconds],
+    );
 
     /// `micromegas_views.job_lease` in seconds.
     #[pg_extern(stable, parallel_safe, name = "_mm_job_lease_seconds")]
     fn job_lease_seconds() -> i32 {
         super::job_lease_seconds()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_job_lease_seconds() IS
+  'micromegas_views.job_lease in seconds';"#,
+        name = "comment_mm_job_lease_seconds",
+        requires = [job_lease_seconds],
+    );
 
     /// `micromegas_views.job_max_attempts`.
     #[pg_extern(stable, parallel_safe, name = "_mm_job_max_attempts")]
     fn job_max_attempts() -> i32 {
         super::job_max_attempts()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_job_max_attempts() IS
+  'micromegas_views.job_max_attempts';"#,
+        name = "comment_mm_job_max_attempts",
+        requires = [job_max_attempts],
+    );
 
     /// `micromegas_views.notify_finished_jobs` (the jobs' notification
     /// trigger asks it in its WHEN clause).
@@ -299,6 +317,12 @@ pub(crate) mod micromegas {
     pub(crate) fn notify_finished_jobs() -> bool {
         super::notify_finished_jobs()
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_notify_finished_jobs() IS
+  'micromegas_views.notify_finished_jobs: whether a job that ends is announced on micromegas_jobs';"#,
+        name = "comment_mm_notify_finished_jobs",
+        requires = [notify_finished_jobs],
+    );
 
     /// The session's author-check level (`off`, `warn` or `error`).
     #[pg_extern(stable, parallel_safe, name = "_mm_author_checks")]
@@ -309,4 +333,10 @@ pub(crate) mod micromegas {
             super::AuthorChecks::error => "error",
         }
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_author_checks() IS
+  'The session''s micromegas_views.author_checks (off, warn or error)';"#,
+        name = "comment_mm_author_checks",
+        requires = [author_checks],
+    );
 }

@@ -30,6 +30,16 @@ use std::cell::RefCell;
 /// it is not a write.
 const KINDS: [&str; 5] = ["replace", "recheck", "restore", "load", "lenient"];
 
+/// What a trigger tells the extension's function whose statement fired it,
+/// when the statement's own result cannot carry it: `replaced`, the view set
+/// a CREATE OR REPLACE replaced (the definitions trigger turns the INSERT
+/// into an UPDATE and returns no row; for `mm_create_view`); `created_job`,
+/// the refresh job a new definition queued (for `mm_create_view`);
+/// `retired`, the partitions and bytes a drop retired (for
+/// `mm_drop_view`). Backend memory, like the intents: a setting would be
+/// any role's to write.
+const REPORTS: [&str; 3] = ["replaced", "created_job", "retired"];
+
 /// Whether an intent of `kind` is anywhere on the stack.
 pub fn held(kind: &str) -> bool {
     INTENTS.with_borrow(|stack| stack.iter().any(|i| i.kind == kind))
@@ -46,6 +56,9 @@ struct Intent {
 
 thread_local! {
     static INTENTS: RefCell<Vec<Intent>> = const { RefCell::new(Vec::new()) };
+    /// What a trigger reports to the function whose statement fired it, by
+    /// kind (see `REPORTS`).
+    static REPORTED: RefCell<Vec<(&'static str, String)>> = const { RefCell::new(Vec::new()) };
 }
 
 #[pg_guard]
@@ -56,6 +69,7 @@ unsafe extern "C-unwind" fn on_xact_end(
     // Commit, abort, prepare, parallel variants: a transaction's intents never
     // outlive it (a correct path has popped them all before).
     INTENTS.with_borrow_mut(|stack| stack.clear());
+    REPORTED.with_borrow_mut(Vec::clear);
 }
 
 #[pg_guard]
@@ -124,6 +138,12 @@ mod micromegas {
             })
         });
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_intent_begin(text,text) IS
+  'Marks the extension''s own writes that follow (backend memory, dropped at subtransaction abort and transaction end)';"#,
+        name = "comment_mm_intent_begin",
+        requires = [intent_begin],
+    );
 
     /// Ends the innermost intent, which must be of `kind`.
     #[pg_extern(volatile, name = "_mm_intent_end")]
@@ -138,6 +158,12 @@ mod micromegas {
             None => pgrx::error!("_mm_intent_end: no intent in progress"),
         }
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_intent_end(text) IS
+  'Ends the innermost intent of this kind';"#,
+        name = "comment_mm_intent_end",
+        requires = [intent_end],
+    );
 
     /// The innermost intent that applies to view set `name`, or NULL: a
     /// write made by a caller.
@@ -152,6 +178,12 @@ mod micromegas {
                 .map(|i| i.kind)
         })
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_intent(text) IS
+  'The extension''s own write in progress for a view set (replace, recheck, restore, load), or NULL';"#,
+        name = "comment_mm_intent",
+        requires = [intent],
+    );
 
     /// Whether an intent of `kind` is anywhere on the stack (`lenient`: a
     /// re-check further up marks broken dependents failed).
@@ -159,6 +191,46 @@ mod micromegas {
     fn intent_held(kind: &str) -> bool {
         held(kind)
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_intent_held(text) IS
+  'Whether an intent of this kind is anywhere on the backend''s stack (lenient: broken dependents are marked failed, not refused)';"#,
+        name = "comment_mm_intent_held",
+        requires = [intent_held],
+    );
+
+    /// A trigger reports `value` of `kind` (one of `REPORTS`) to the
+    /// function whose statement fired it.
+    #[pg_extern(volatile, name = "_mm_report")]
+    fn report(kind: &str, value: &str) {
+        let Some(kind) = REPORTS.iter().find(|k| **k == kind) else {
+            pgrx::error!("_mm_report: unknown report {kind:?}");
+        };
+        REPORTED.with_borrow_mut(|reported| {
+            reported.retain(|(k, _)| k != kind);
+            reported.push((kind, value.to_owned()));
+        });
+    }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_report(text,text) IS
+  'A trigger reports what the statement''s result cannot carry (the view a replace replaced, the job a create queued, what a drop retired) to the function that ran it: backend memory no caller can write';"#,
+        name = "comment_mm_report",
+        requires = [report],
+    );
+
+    /// What was last reported of `kind`, forgotten once read (NULL: none).
+    #[pg_extern(volatile, name = "_mm_take_report")]
+    fn take_report(kind: &str) -> Option<String> {
+        REPORTED.with_borrow_mut(|reported| {
+            let at = reported.iter().position(|(k, _)| *k == kind)?;
+            Some(reported.remove(at).1)
+        })
+    }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_take_report(text) IS
+  'What a trigger last reported of a kind (_mm_report), forgotten once read';"#,
+        name = "comment_mm_take_report",
+        requires = [take_report],
+    );
 
     /// The role running the statement outside every SECURITY DEFINER
     /// function: the login role, or the one SET ROLE chose.
@@ -173,6 +245,12 @@ mod micromegas {
                 .into_owned()
         }
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_caller() IS
+  'The role running the statement outside any SECURITY DEFINER function (GetOuterUserId)';"#,
+        name = "comment_mm_caller",
+        requires = [caller],
+    );
 
     /// Whether that role is a superuser (who alone may load dumped rows with
     /// their audit columns, as pg_restore does).
@@ -181,4 +259,10 @@ mod micromegas {
         // SAFETY: as above.
         unsafe { pg_sys::superuser_arg(pg_sys::GetOuterUserId()) }
     }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_caller_is_superuser() IS
+  'Whether the role running the statement (outside SECURITY DEFINER functions) is a superuser';"#,
+        name = "comment_mm_caller_is_superuser",
+        requires = [caller_is_superuser],
+    );
 }

@@ -141,6 +141,29 @@ SELECT operation FROM micromegas.mm_view_history('t_v') ORDER BY version DESC LI
 RESET micromegas_views.restoring;
 RESET micromegas_views.replacing;
 RESET ROLE;
+-- d) What a trigger reports to the function that ran its statement (the
+-- view a replace replaced, the job a create queued, what a drop retired) is
+-- backend memory: the settings that once carried it change nothing, and
+-- the report functions are no role's to call.
+SET ROLE mmv_trust_admin;
+SELECT set_config('micromegas_views.replaced', 'log_stats', false) IS NOT NULL AS set;
+SELECT set_config('micromegas_views.created_job', '00000000-0000-0000-0000-000000000001', false) IS NOT NULL AS set;
+SELECT set_config('micromegas_views.retired', '99 99', false) IS NOT NULL AS set;
+SELECT view_set_name, status, job_id FROM micromegas.mm_create_view(format($$CREATE MATERIALIZED VIEW t_reported WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time')$$, :'blocks_count'));
+SELECT view_set_name, status, job_id FROM micromegas.mm_create_view(format($$CREATE OR REPLACE MATERIALIZED VIEW t_reported WITH (
+  extract_query = 'SELECT time, process_id, level FROM log_entries',
+  count_src_query = %s, merge_partitions_query = 'SELECT time, process_id, level FROM {source}',
+  update_group = 4000, time_column = 'time')$$, :'blocks_count'));
+SELECT view_set_name, status, partitions_retired, bytes_queued FROM micromegas.mm_drop_view('t_reported');
+SELECT sqlstate, message FROM mmv_try($$SELECT micromegas._mm_report('replaced', 'log_stats')$$);
+SELECT sqlstate, message FROM mmv_try($$SELECT micromegas._mm_take_report('replaced')$$);
+RESET micromegas_views.replaced;
+RESET micromegas_views.created_job;
+RESET micromegas_views.retired;
+RESET ROLE;
 
 -- Found in review: every role the matrix lets call a function can run it
 -- (a SECURITY INVOKER function calling an internal one failed with 42501),
