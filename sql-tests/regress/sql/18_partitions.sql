@@ -85,7 +85,7 @@ ROLLBACK;
 RESET micromegas_views.file_retention;
 -- A file two instances share: retiring one partition keeps it (the other
 -- still references it) and frees nothing; retiring the second queues it,
--- once (0.1.10: both used to say queued).
+-- once (the first retirement does not say queued).
 BEGIN;
 SELECT mmv_part('proc-s1', 50, 51, :'h1', 's3://b/shared', 300);
 SELECT mmv_part('proc-s2', 50, 51, :'h1', 's3://b/shared', 300);

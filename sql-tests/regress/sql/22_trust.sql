@@ -49,7 +49,7 @@ INSERT INTO micromegas.lakehouse_partitions SELECT (mmv_tpart('global', 3, 4, 's
 SELECT count(*) FROM micromegas.mm_replace_partitions('t_v', 'global', '2024-01-01 02:00', '2024-01-01 04:00',
   ARRAY[mmv_tpart('global', 2, 3, 's3://b/kept'), mmv_tpart('global', 3, 4, 's3://b/new')]);
 SELECT file_path FROM micromegas.temporary_files ORDER BY 1;
--- An UPDATE of a partition's file_path queues the old file (it used to leak).
+-- An UPDATE of a partition's file_path queues the old file (else it would never be deleted).
 UPDATE micromegas.lakehouse_partitions SET file_path = 's3://b/new2' WHERE file_path = 's3://b/new';
 UPDATE micromegas.lakehouse_partitions SET num_rows = 4 WHERE file_path = 's3://b/kept';
 SELECT file_path FROM micromegas.temporary_files ORDER BY 1;
@@ -165,8 +165,8 @@ RESET micromegas_views.created_job;
 RESET micromegas_views.retired;
 RESET ROLE;
 
--- Found in review: every role the matrix lets call a function can run it
--- (a SECURITY INVOKER function calling an internal one failed with 42501),
+-- Every role the matrix lets call a function can run it
+-- (a SECURITY INVOKER function calling an internal one would fail with 42501),
 -- and the admin may write audience grants directly (their CHECK calls the
 -- rule function as the writer).
 SET ROLE mmv_trust_reader;
