@@ -99,4 +99,8 @@ DROP FUNCTION micromegas._mm_recheck_definition(text, text, text, text, integer,
 --@replace CREATE FUNCTION micromegas._mm_drop(
 --@replace CREATE FUNCTION micromegas._mm_definitions_retire_dropped(
 --@replace CREATE FUNCTION micromegas._mm_definitions_refresh_on_create(
+-- The author-check levels are ranked by their order in the library.
+--@rust _mm_author_check_levels
+--@replace CREATE FUNCTION micromegas._mm_author_check_level(
+--@replace CREATE FUNCTION micromegas.mm_require_author_checks(
 SELECT micromegas._mm_apply_privileges();

@@ -438,9 +438,12 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   on_primary boolean := micromegas._mm_require_writable('mm_require_author_checks');
   target text := coalesce(role_name, '*');
+  levels text[] := micromegas._mm_author_check_levels();
 BEGIN
-  IF level IS NULL OR level NOT IN ('off', 'warn', 'error') THEN
-    RAISE EXCEPTION 'mm_require_author_checks: level must be off, warn or error, not %', coalesce(quote_literal(level), 'NULL')
+  IF level IS NULL OR NOT level = ANY (levels) THEN
+    RAISE EXCEPTION 'mm_require_author_checks: level must be % or %, not %',
+        pg_catalog.array_to_string(levels[1:pg_catalog.cardinality(levels) - 1], ', '),
+        levels[pg_catalog.cardinality(levels)], coalesce(quote_literal(level), 'NULL')
       USING ERRCODE = 'invalid_parameter_value';
   END IF;
   IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
@@ -448,8 +451,8 @@ BEGIN
   END IF;
   -- A requirement binds its own members: only someone it does not bind
   -- (or a superuser) may lower or lift it.
-  IF (CASE level WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END)
-       < (SELECT CASE r.level WHEN 'error' THEN 2 ELSE 1 END FROM micromegas.author_check_requirements r WHERE r.applies_to = target)
+  IF pg_catalog.array_position(levels, level)
+       < (SELECT pg_catalog.array_position(levels, r.level) FROM micromegas.author_check_requirements r WHERE r.applies_to = target)
      AND micromegas._mm_requirement_binds(target) AND NOT micromegas._mm_caller_is_superuser() THEN
     RAISE EXCEPTION 'mm_require_author_checks: a requirement that binds you cannot be lowered by you'
       USING ERRCODE = 'insufficient_privilege',

@@ -1044,4 +1044,70 @@ END
 $$;
 COMMENT ON FUNCTION micromegas._mm_definitions_refresh_on_create() IS
   'Trigger: queues a refresh of everything for a definition created or replaced with with_no_data = false';
+-- The author-check levels are ranked by their order in the library.
+CREATE FUNCTION micromegas."_mm_author_check_levels"() RETURNS TEXT[] /* Vec < & '_ str > */
+IMMUTABLE STRICT PARALLEL SAFE 
+LANGUAGE c /* Rust */
+AS 'MODULE_PATHNAME', 'author_check_levels_wrapper';
+COMMENT ON FUNCTION micromegas._mm_author_check_levels() IS
+  'The author-check levels, the most lenient first (off, warn, error): a level''s rank is its position';
+CREATE OR REPLACE FUNCTION micromegas._mm_author_check_level() RETURNS text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  levels text[] := micromegas._mm_author_check_levels();
+  rank integer := pg_catalog.array_position(levels, micromegas._mm_author_checks());
+  required integer;
+BEGIN
+  IF rank < pg_catalog.cardinality(levels) THEN
+    SELECT max(pg_catalog.array_position(levels, r.level)) INTO required
+      FROM micromegas.author_check_requirements r
+     WHERE micromegas._mm_requirement_binds(r.applies_to);
+    rank := greatest(rank, required);
+  END IF;
+  RETURN levels[rank];
+END
+$$;
+COMMENT ON FUNCTION micromegas._mm_author_check_level() IS
+  'The author-check level in force for this write: the stricter of micromegas_views.author_checks and every requirement that binds the session';
+CREATE OR REPLACE FUNCTION micromegas.mm_require_author_checks(level text, role_name text DEFAULT NULL)
+RETURNS TABLE (applies_to text, required_level text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_variable
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_require_author_checks');
+  target text := coalesce(role_name, '*');
+  levels text[] := micromegas._mm_author_check_levels();
+BEGIN
+  IF level IS NULL OR NOT level = ANY (levels) THEN
+    RAISE EXCEPTION 'mm_require_author_checks: level must be % or %, not %',
+        pg_catalog.array_to_string(levels[1:pg_catalog.cardinality(levels) - 1], ', '),
+        levels[pg_catalog.cardinality(levels)], coalesce(quote_literal(level), 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  IF role_name IS NOT NULL AND NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles g WHERE g.rolname = role_name) THEN
+    RAISE EXCEPTION 'role "%" does not exist', role_name USING ERRCODE = 'undefined_object';
+  END IF;
+  -- A requirement binds its own members: only someone it does not bind
+  -- (or a superuser) may lower or lift it.
+  IF pg_catalog.array_position(levels, level)
+       < (SELECT pg_catalog.array_position(levels, r.level) FROM micromegas.author_check_requirements r WHERE r.applies_to = target)
+     AND micromegas._mm_requirement_binds(target) AND NOT micromegas._mm_caller_is_superuser() THEN
+    RAISE EXCEPTION 'mm_require_author_checks: a requirement that binds you cannot be lowered by you'
+      USING ERRCODE = 'insufficient_privilege',
+            DETAIL = format('The requirement for %s applies to your role.', CASE WHEN target = '*' THEN 'every role' ELSE format('the members of %I', target) END),
+            HINT = 'An admin it does not bind, or a superuser, may lower or lift it.';
+  END IF;
+  IF level = 'off' THEN
+    DELETE FROM micromegas.author_check_requirements r WHERE r.applies_to = target;
+  ELSE
+    INSERT INTO micromegas.author_check_requirements AS r (applies_to, level, set_at, set_by)
+    VALUES (target, level, pg_catalog.now(), micromegas._mm_actor())
+    ON CONFLICT ON CONSTRAINT author_check_requirements_pkey
+      DO UPDATE SET level = EXCLUDED.level, set_at = EXCLUDED.set_at, set_by = EXCLUDED.set_by;
+  END IF;
+  RETURN QUERY SELECT r.applies_to, r.level FROM micromegas.author_check_requirements r ORDER BY 1;
+END
+$$;
+COMMENT ON FUNCTION micromegas.mm_require_author_checks(text, text) IS
+  'Require the author checks at warn or error (off lifts it) for every role of the database or for the members of a role';
 SELECT micromegas._mm_apply_privileges();

@@ -399,20 +399,22 @@ COMMENT ON FUNCTION micromegas._mm_requirement_binds(text) IS
   'Whether an author-check requirement binds this session (* or a role its user or current role was granted)';
 
 -- The author-check level in force for this write: the stricter of the
--- session's setting and every requirement that binds it.
+-- session's setting and every requirement that binds it, ranked by their
+-- order in the library (_mm_author_check_levels).
 CREATE FUNCTION micromegas._mm_author_check_level() RETURNS text
 LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-  rank integer := CASE micromegas._mm_author_checks() WHEN 'error' THEN 2 WHEN 'warn' THEN 1 ELSE 0 END;
+  levels text[] := micromegas._mm_author_check_levels();
+  rank integer := pg_catalog.array_position(levels, micromegas._mm_author_checks());
   required integer;
 BEGIN
-  IF rank < 2 THEN
-    SELECT max(CASE r.level WHEN 'error' THEN 2 ELSE 1 END) INTO required
+  IF rank < pg_catalog.cardinality(levels) THEN
+    SELECT max(pg_catalog.array_position(levels, r.level)) INTO required
       FROM micromegas.author_check_requirements r
      WHERE micromegas._mm_requirement_binds(r.applies_to);
-    rank := greatest(rank, coalesce(required, 0));
+    rank := greatest(rank, required);
   END IF;
-  RETURN CASE rank WHEN 2 THEN 'error' WHEN 1 THEN 'warn' ELSE 'off' END;
+  RETURN levels[rank];
 END
 $$;
 COMMENT ON FUNCTION micromegas._mm_author_check_level() IS

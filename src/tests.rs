@@ -579,4 +579,75 @@ mod tests {
         Spi::run("SELECT micromegas.mm_sql_hash('SELECT 2')").unwrap();
         assert!(helper_pid().is_some());
     }
+
+    /// The extension's SQL, every file of it.
+    const SQL: [&str; 7] = [
+        include_str!("../sql/schema.sql"),
+        include_str!("../sql/access.sql"),
+        include_str!("../sql/partitions.sql"),
+        include_str!("../sql/history.sql"),
+        include_str!("../sql/jobs.sql"),
+        include_str!("../sql/privileges.sql"),
+        include_str!("../sql/api.sql"),
+    ];
+
+    /// The quoted words of `text` between `open` and the next `close`.
+    fn quoted_after(text: &str, open: &str, close: char) -> Vec<String> {
+        let mut found = Vec::new();
+        for (at, _) in text.match_indices(open) {
+            let rest = &text[at + open.len()..];
+            let span = &rest[..rest.find(close).unwrap_or(rest.len())];
+            found.extend(span.split('\'').skip(1).step_by(2).map(str::to_owned));
+        }
+        found
+    }
+
+    /// The intent kinds are defined once, in the library (trust.rs): every
+    /// kind the SQL pushes, pops, asks for or compares with is one of them,
+    /// and every one of them is pushed somewhere.
+    #[pg_test]
+    fn the_sql_names_only_the_intent_kinds_the_library_defines() {
+        let kinds = crate::pg::trust::KINDS;
+        let mut named = Vec::new();
+        let mut pushed = Vec::new();
+        for sql in SQL {
+            pushed.extend(quoted_after(sql, "_mm_intent_begin(", ','));
+            named.extend(quoted_after(sql, "_mm_intent_end(", ')'));
+            named.extend(quoted_after(sql, "_mm_intent_held(", ')'));
+            named.extend(quoted_after(sql, "intent IN (", ')'));
+            named.extend(quoted_after(sql, "intent IS NOT DISTINCT FROM ", ' '));
+            named.extend(quoted_after(sql, "intent = ", ' '));
+        }
+        assert!(!pushed.is_empty() && !named.is_empty());
+        for kind in pushed.iter().chain(&named) {
+            assert!(kinds.contains(&kind.as_str()), "the SQL names intent {kind:?}, which trust.rs does not define");
+        }
+        for kind in kinds {
+            assert!(pushed.iter().any(|p| p == kind), "intent {kind:?} is defined but never pushed");
+        }
+    }
+
+    /// The author-check levels are defined once (settings.rs): the SQL ranks
+    /// them by `_mm_author_check_levels()`, and the table of requirements
+    /// stores every level but `off` (which lifts a requirement).
+    #[pg_test]
+    fn every_author_check_level_but_off_can_be_required() {
+        let levels = Spi::get_one::<Vec<String>>("SELECT micromegas._mm_author_check_levels()")
+            .unwrap()
+            .unwrap();
+        let library: Vec<&str> = crate::pg::settings::AuthorChecks::ALL.iter().map(|l| l.name()).collect();
+        assert_eq!(levels, library);
+        assert_eq!(levels.first().map(String::as_str), Some("off"));
+        for level in &levels[1..] {
+            let stored = Spi::get_one_with_args::<String>(
+                "SELECT required_level FROM micromegas.mm_require_author_checks($1) WHERE applies_to = '*'",
+                &[level.as_str().into()],
+            )
+            .unwrap();
+            assert_eq!(stored.as_deref(), Some(level.as_str()));
+        }
+        Spi::run("SELECT micromegas.mm_require_author_checks('off')").unwrap();
+        let left = Spi::get_one::<i64>("SELECT count(*) FROM micromegas.author_check_requirements").unwrap();
+        assert_eq!(left, Some(0));
+    }
 }

@@ -65,6 +65,20 @@ pub enum AuthorChecks {
     error,
 }
 
+impl AuthorChecks {
+    /// Every level, the most lenient first: the SQL ranks levels by their
+    /// position here (`_mm_author_check_levels`).
+    pub const ALL: [AuthorChecks; 3] = [AuthorChecks::off, AuthorChecks::warn, AuthorChecks::error];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            AuthorChecks::off => "off",
+            AuthorChecks::warn => "warn",
+            AuthorChecks::error => "error",
+        }
+    }
+}
+
 static AUTHOR_CHECKS: GucSetting<AuthorChecks> =
     GucSetting::<AuthorChecks>::new(AuthorChecks::warn);
 
@@ -327,16 +341,25 @@ pub(crate) mod micromegas {
     /// The session's author-check level (`off`, `warn` or `error`).
     #[pg_extern(stable, parallel_safe, name = "_mm_author_checks")]
     fn author_checks() -> &'static str {
-        match super::author_checks() {
-            super::AuthorChecks::off => "off",
-            super::AuthorChecks::warn => "warn",
-            super::AuthorChecks::error => "error",
-        }
+        super::author_checks().name()
     }
     pgrx::extension_sql!(
         r#"COMMENT ON FUNCTION micromegas._mm_author_checks() IS
   'The session''s micromegas_views.author_checks (off, warn or error)';"#,
         name = "comment_mm_author_checks",
         requires = [author_checks],
+    );
+
+    /// The author-check levels, the most lenient first (`AuthorChecks`, the
+    /// one place they are defined): SQL ranks a level by its position.
+    #[pg_extern(immutable, parallel_safe, name = "_mm_author_check_levels")]
+    fn author_check_levels() -> Vec<&'static str> {
+        super::AuthorChecks::ALL.iter().map(|l| l.name()).collect()
+    }
+    pgrx::extension_sql!(
+        r#"COMMENT ON FUNCTION micromegas._mm_author_check_levels() IS
+  'The author-check levels, the most lenient first (off, warn, error): a level''s rank is its position';"#,
+        name = "comment_mm_author_check_levels",
+        requires = [author_check_levels],
     );
 }

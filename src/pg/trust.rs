@@ -28,7 +28,7 @@ use std::cell::RefCell;
 /// refusing the change (a built-in's registration), so that the re-checks it
 /// sets off further down stay lenient. `_mm_intent` never answers `lenient`:
 /// it is not a write.
-const KINDS: [&str; 5] = ["replace", "recheck", "restore", "load", "lenient"];
+pub(crate) const KINDS: [&str; 5] = ["replace", "recheck", "restore", "load", "lenient"];
 
 /// What a trigger tells the extension's function whose statement fired it,
 /// when the statement's own result cannot carry it: `replaced`, the view set
