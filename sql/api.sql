@@ -98,6 +98,16 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   retired text[];
 BEGIN
+  -- A writer of the view's partitions in flight holds its row until it
+  -- commits (_mm_hold_view_set). Wait for it here, before the catalog lock,
+  -- so that other catalog writes do not queue behind it too: the row is
+  -- locked in a subtransaction that is then rolled back, which releases it.
+  BEGIN
+    PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target FOR UPDATE;
+    RAISE EXCEPTION USING ERRCODE = 'MMV01';
+  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+    NULL;
+  END;
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN

@@ -588,23 +588,26 @@ COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
   'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
 CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  known boolean;
 BEGIN
   IF name IS NULL THEN
     RETURN;  -- the caller's own NULL check names the column
   END IF;
-  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE;
-  IF NOT FOUND THEN
-    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name FOR KEY SHARE;
-    IF NOT FOUND THEN
-      RAISE EXCEPTION '%: view set "%" does not exist', caller, name
-        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
-              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
-    END IF;
+  WITH held AS (
+    SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE)
+  SELECT EXISTS (SELECT 1 FROM held)
+         OR EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name)
+    INTO known;
+  IF NOT known THEN
+    RAISE EXCEPTION '%: view set "%" does not exist', caller, name
+      USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+            HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
   END IF;
 END
 $$;
 COMMENT ON FUNCTION micromegas._mm_hold_view_set(text, text) IS
-  'Holds a view set''s row (definition or built-in) until the transaction ends, or refuses a view set that does not exist';
+  'Holds a definition''s row until the transaction ends, or refuses a view set that is neither a definition nor a built-in';
 CREATE OR REPLACE FUNCTION micromegas.mm_write_partition(
   view_set_name text, view_instance_id text, begin_insert_time timestamptz, end_insert_time timestamptz,
   min_event_time timestamptz, max_event_time timestamptz, file_path text, file_size bigint,
@@ -982,6 +985,16 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   retired text[];
 BEGIN
+  -- A writer of the view's partitions in flight holds its row until it
+  -- commits (_mm_hold_view_set). Wait for it here, before the catalog lock,
+  -- so that other catalog writes do not queue behind it too: the row is
+  -- locked in a subtransaction that is then rolled back, which releases it.
+  BEGIN
+    PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target FOR UPDATE;
+    RAISE EXCEPTION USING ERRCODE = 'MMV01';
+  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+    NULL;
+  END;
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN

@@ -696,32 +696,40 @@ $$;
 COMMENT ON FUNCTION micromegas.retire_incompatible_partitions(text) IS
   'Retire every incompatible partition; one row per view set and instance';
 
--- A partition is recorded only for a view set that exists: its row (a
--- definition or a built-in) is held until the writing transaction ends, so a
--- drop committed first is seen here (and refused), and a drop that comes
--- later waits and then retires what was written. Without it, a daemon that
--- materialized a view while it was dropped would record partitions for a view
--- that no longer exists, and a view created again under that name with the
--- same schema would read them as its own.
+-- A partition is recorded only for a view set that exists. A definition's
+-- row is held until the writing transaction ends, so a drop committed first
+-- is seen here (and refused), and a drop that comes later waits (before it
+-- takes the catalog lock: _mm_drop) and then retires what was written.
+-- Without it, a daemon that materialized a view while it was dropped would
+-- record partitions for a view that no longer exists, and a view created
+-- again under that name with the same schema would read them as its own. A
+-- built-in need only exist: deleting one retires none of its partitions, so
+-- there is nothing to wait for (and the shipped rows every process instance
+-- writes under stay free of row locks). Both are asked in one statement, with
+-- one snapshot: a definition dropped while this waited is not taken for a
+-- built-in registered under its name in the same transaction.
 CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  known boolean;
 BEGIN
   IF name IS NULL THEN
     RETURN;  -- the caller's own NULL check names the column
   END IF;
-  PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE;
-  IF NOT FOUND THEN
-    PERFORM 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name FOR KEY SHARE;
-    IF NOT FOUND THEN
-      RAISE EXCEPTION '%: view set "%" does not exist', caller, name
-        USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
-              HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
-    END IF;
+  WITH held AS (
+    SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = name FOR KEY SHARE)
+  SELECT EXISTS (SELECT 1 FROM held)
+         OR EXISTS (SELECT 1 FROM micromegas.builtin_view_sets b WHERE b.view_set_name = name)
+    INTO known;
+  IF NOT known THEN
+    RAISE EXCEPTION '%: view set "%" does not exist', caller, name
+      USING ERRCODE = 'undefined_object', DETAIL = 'Nothing was retired or written.',
+            HINT = 'It may have been dropped while its partitions were being materialized; list_view_sets() shows the view sets.';
   END IF;
 END
 $$;
 COMMENT ON FUNCTION micromegas._mm_hold_view_set(text, text) IS
-  'Holds a view set''s row (definition or built-in) until the transaction ends, or refuses a view set that does not exist';
+  'Holds a definition''s row until the transaction ends, or refuses a view set that is neither a definition nor a built-in';
 
 -- A service writes one partition. An overlap with a partition of the same
 -- instance and schema is refused (23P01) naming both.
