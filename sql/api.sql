@@ -99,15 +99,32 @@ DECLARE
   retired text[];
 BEGIN
   -- A writer of the view's partitions in flight holds its row until it
-  -- commits (_mm_hold_view_set). Wait for it here, before the catalog lock,
-  -- so that other catalog writes do not queue behind it too: the row is
-  -- locked in a subtransaction that is then rolled back, which releases it.
-  BEGIN
-    PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target FOR UPDATE;
-    RAISE EXCEPTION USING ERRCODE = 'MMV01';
-  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
-    NULL;
-  END;
+  -- commits (_mm_hold_view_set). The drop waits for it holding no lock of
+  -- the catalog, so that other catalog writes do not queue behind it too:
+  -- the row is locked in a subtransaction that is then rolled back, which
+  -- releases it. Then it takes the catalog lock and the row without waiting;
+  -- a writer that came in between makes it give the catalog lock back (its
+  -- subtransaction rolled back) and wait again. After a few rounds (writers
+  -- that keep coming), or in a transaction that held the catalog lock
+  -- already, it waits under the lock.
+  FOR attempt IN 1 .. 5 LOOP
+    BEGIN
+      PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target FOR UPDATE;
+      RAISE EXCEPTION USING ERRCODE = 'MMV01';
+    EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+      NULL;
+    END;
+    BEGIN
+      PERFORM micromegas._mm_lock_catalog();
+      PERFORM 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target FOR UPDATE SKIP LOCKED;
+      IF FOUND OR NOT EXISTS (SELECT 1 FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target) THEN
+        EXIT;  -- held (or no such view: the DELETE below says so), with the catalog lock
+      END IF;
+      RAISE EXCEPTION USING ERRCODE = 'MMV01';
+    EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+      NULL;
+    END;
+  END LOOP;
   PERFORM micromegas._mm_lock_catalog();
   DELETE FROM micromegas.lakehouse_view_set_definitions d WHERE d.view_set_name = target;
   IF FOUND THEN

@@ -908,6 +908,9 @@ COMMENT ON FUNCTION micromegas.mm_plan_regeneration(text, timestamptz, timestamp
 
 -- DROP retires the view's global partitions (every schema) in the same
 -- transaction; a REPLACE retires nothing. mm_drop_view reports the counts.
+-- Only in READ COMMITTED: at REPEATABLE READ or SERIALIZABLE the DELETE
+-- below sees the transaction's snapshot, and a partition recorded after it
+-- (a writer that held the row until it committed) would be left behind.
 CREATE FUNCTION micromegas._mm_definitions_retire_dropped() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -915,6 +918,13 @@ DECLARE
   bytes bigint;
   gone_rows micromegas.lakehouse_partitions[];
 BEGIN
+  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+    RAISE EXCEPTION 'cannot drop materialized view "%" in a % transaction', OLD.view_set_name,
+        upper(pg_catalog.current_setting('transaction_isolation'))
+      USING ERRCODE = 'invalid_transaction_state',
+            DETAIL = 'Its partitions are retired as the statement sees them: a partition recorded after the transaction''s snapshot would be left behind.',
+            HINT = 'Drop it in a READ COMMITTED transaction.';
+  END IF;
   WITH gone AS (
     DELETE FROM micromegas.lakehouse_partitions p
      WHERE p.view_set_name = OLD.view_set_name AND p.view_instance_id = 'global'
