@@ -489,6 +489,9 @@ mod tests {
         // point (where an aborted task ends).
         drop(runtime);
         let took = aborted.elapsed();
-        assert!(took < Duration::from_millis(500), "the aborted query's tasks ran on for {took:?}");
+        // Typically under 100 ms; the bound leaves room for a loaded
+        // two-core host (other tests run beside this one) and stays far
+        // below the 80 s the join runs on without the yield point.
+        assert!(took < Duration::from_secs(3), "the aborted query's tasks ran on for {took:?}");
     }
 }
