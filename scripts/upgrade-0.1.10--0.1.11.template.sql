@@ -71,7 +71,9 @@ COMMENT ON COLUMN micromegas.jobs.progress IS 'What the running (or last) attemp
 DROP FUNCTION micromegas.mm_heartbeat_job(uuid, uuid);
 --@new CREATE FUNCTION micromegas.mm_heartbeat_job(
 --@replace CREATE FUNCTION micromegas.mm_claim_jobs(
+--@new CREATE FUNCTION micromegas._mm_snapshot_per_statement(
 --@new CREATE FUNCTION micromegas._mm_hold_view_set(
+--@replace CREATE FUNCTION micromegas.mm_expired_files(
 --@replace CREATE FUNCTION micromegas.mm_write_partition(
 --@replace CREATE FUNCTION micromegas.mm_replace_partitions(
 --@new CREATE FUNCTION micromegas.materialize_partitions(

@@ -586,6 +586,12 @@ END
 $$;
 COMMENT ON FUNCTION micromegas.mm_claim_jobs(text, integer, text[]) IS
   'A worker claims up to max_jobs of the oldest queued jobs, each with a lease and a token of its own';
+CREATE FUNCTION micromegas._mm_snapshot_per_statement() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')
+$$;
+COMMENT ON FUNCTION micromegas._mm_snapshot_per_statement() IS
+  'Whether each statement of the transaction takes its own snapshot (READ COMMITTED or READ UNCOMMITTED)';
 CREATE FUNCTION micromegas._mm_hold_view_set(caller text, name text) RETURNS void
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -608,6 +614,127 @@ END
 $$;
 COMMENT ON FUNCTION micromegas._mm_hold_view_set(text, text) IS
   'Holds a definition''s row until the transaction ends, or refuses a view set that is neither a definition nor a built-in';
+CREATE OR REPLACE FUNCTION micromegas.mm_expired_files(max_files integer DEFAULT 1000)
+RETURNS TABLE (file_path text, file_size bigint, expiration timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  on_primary boolean := micromegas._mm_require_writable('mm_expired_files');
+  candidates text[];
+  fresh text[];
+  claimed micromegas.temporary_files[];
+  dropped text[];
+  old_tids tid[];
+  old_xmins xid[];
+  retained_until timestamptz;
+BEGIN
+  IF max_files IS NULL OR max_files < 1 THEN
+    RAISE EXCEPTION 'mm_expired_files: max_files must be a positive number, not %', coalesce(max_files::text, 'NULL')
+      USING ERRCODE = 'invalid_parameter_value';
+  END IF;
+  -- The check below must see what the writers it waited for committed: a
+  -- snapshot per statement.
+  IF NOT micromegas._mm_snapshot_per_statement() THEN
+    RAISE EXCEPTION 'mm_expired_files: call it in a READ COMMITTED transaction, not %',
+        pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
+      USING ERRCODE = 'invalid_transaction_state',
+            HINT = 'Its check that no partition references a file must see the writers it waited for.';
+  END IF;
+  -- The records past the retention, as they are before this transaction
+  -- takes an id: each was committed before that id exists, so the id is
+  -- above the id of every transaction that held one when its claim
+  -- committed (the horizon set below). A horizon not below this snapshot's
+  -- xmax (no committed transaction has such an id) came from another
+  -- cluster (a restore) and is set again. In a transaction that already
+  -- has an id, none is set.
+  retained_until := clock_timestamp() - make_interval(secs => micromegas._mm_file_retention_seconds());
+  IF pg_catalog.pg_current_xact_id_if_assigned() IS NULL THEN
+    SELECT coalesce(array_agg(x.ctid), '{}'), coalesce(array_agg(x.xmin), '{}') INTO old_tids, old_xmins
+      FROM micromegas.file_claims x
+     WHERE x.handed_out_at < retained_until
+       AND (x.handed_out_horizon IS NULL
+            OR x.handed_out_horizon >= pg_catalog.pg_snapshot_xmax(pg_catalog.pg_current_snapshot()));
+  ELSIF EXISTS (SELECT 1 FROM micromegas.file_claims x
+                 WHERE x.handed_out_at < retained_until AND x.handed_out_horizon IS NULL) THEN
+    RAISE NOTICE 'mm_expired_files: records of handed-out files past the retention are not purged in a transaction that has already written'
+      USING HINT = 'Call it in a transaction of its own.';
+  END IF;
+  -- The candidates: the paths of the oldest expired queue rows no other
+  -- transaction holds (another daemon's, a writer's). Their locks are taken
+  -- only to skip the held rows, and let go at once (the block's rollback):
+  -- holding a queue row while waiting for a writer below, who may be
+  -- waiting for that row, would deadlock.
+  BEGIN
+    candidates := ARRAY(SELECT DISTINCT c.file_path FROM (
+                          SELECT y.file_path FROM micromegas.temporary_files y
+                           WHERE y.expiration <= now() ORDER BY y.expiration LIMIT max_files
+                             FOR UPDATE SKIP LOCKED) c);
+    RAISE EXCEPTION USING ERRCODE = 'MMV01';
+  EXCEPTION WHEN SQLSTATE 'MMV01' THEN
+    NULL;
+  END;
+  -- Their records, in path order: each insert waits for the writers of its
+  -- path in flight; a path already handed out is not recorded again.
+  WITH handed AS (
+    INSERT INTO micromegas.file_claims AS c (file_path, handed_out_at)
+    SELECT p, clock_timestamp() FROM unnest(candidates) p ORDER BY p
+    ON CONFLICT ON CONSTRAINT file_claims_pkey DO NOTHING
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(h.file_path::text), '{}') INTO fresh FROM handed h;
+  -- Then their expired queue rows, skipping those another transaction
+  -- holds; a candidate not recorded now was handed out already (its record
+  -- existed, or another daemon's committed): its queue rows go, unreturned.
+  WITH picked AS (
+    DELETE FROM micromegas.temporary_files t
+     WHERE t.ctid = ANY (ARRAY(SELECT y.ctid FROM micromegas.temporary_files y
+                                WHERE y.expiration <= now() AND y.file_path = ANY (candidates)
+                                  FOR UPDATE SKIP LOCKED))
+    RETURNING t.*)
+  SELECT coalesce(array_agg(p), '{}') INTO claimed FROM picked p WHERE p.file_path = ANY (fresh);
+  -- A path with no queue row taken, or that a partition references (now,
+  -- the writers it waited for committed), is not handed out: its record
+  -- goes (its queue rows too, when it is in use). What is returned is
+  -- exactly what stays recorded, its time the end of the waits.
+  WITH unclaimed AS (
+    DELETE FROM micromegas.file_claims c
+     WHERE c.file_path = ANY (fresh)
+       AND (NOT EXISTS (SELECT 1 FROM unnest(claimed) x WHERE x.file_path = c.file_path)
+            OR EXISTS (SELECT 1 FROM micromegas.lakehouse_partitions p WHERE p.file_path = c.file_path))
+    RETURNING c.file_path)
+  SELECT coalesce(array_agg(u.file_path::text), '{}') INTO dropped FROM unclaimed u;
+  UPDATE micromegas.file_claims c SET handed_out_at = clock_timestamp()
+   WHERE c.file_path = ANY (fresh);
+  -- Old records, last (a record being purged makes a daemon recording its
+  -- path wait; purged first, it could wait on one that waits on this one).
+  -- Those found past the retention at the start (the same row versions)
+  -- get this transaction's id as their horizon; a record goes once every
+  -- transaction below its horizon has ended (the snapshot's xmin is at most
+  -- the oldest running id) — a writer whose row waited on the overlap guard
+  -- before reaching its trigger, say. Records another daemon holds are left
+  -- to it.
+  IF cardinality(old_tids) > 0 THEN
+    UPDATE micromegas.file_claims c
+       SET handed_out_horizon = pg_catalog.pg_current_xact_id()
+     WHERE c.ctid = ANY (ARRAY(
+             SELECT x.ctid FROM micromegas.file_claims x
+              WHERE x.ctid = ANY (old_tids)
+                AND EXISTS (SELECT 1 FROM unnest(old_tids, old_xmins) o(tid, xmin)
+                             WHERE o.tid = x.ctid AND o.xmin = x.xmin)
+                FOR UPDATE SKIP LOCKED));
+  END IF;
+  DELETE FROM micromegas.file_claims c
+   WHERE c.ctid = ANY (ARRAY(
+           SELECT x.ctid FROM micromegas.file_claims x
+            WHERE x.handed_out_horizon <= pg_catalog.pg_snapshot_xmin(pg_catalog.pg_current_snapshot())
+              FOR UPDATE SKIP LOCKED));
+  RETURN QUERY
+    SELECT DISTINCT ON (x.file_path) x.file_path::text, x.file_size, x.expiration
+      FROM unnest(claimed) x
+     WHERE NOT x.file_path = ANY (dropped)
+     ORDER BY x.file_path, x.expiration;
+END
+$$;
+COMMENT ON FUNCTION micromegas.mm_expired_files(integer) IS
+  'The daemon claims expired files of retired partitions that no partition references, recorded as handed out (READ COMMITTED; delete them after it commits)';
 CREATE OR REPLACE FUNCTION micromegas.mm_write_partition(
   view_set_name text, view_instance_id text, begin_insert_time timestamptz, end_insert_time timestamptz,
   min_event_time timestamptz, max_event_time timestamptz, file_path text, file_size bigint,
@@ -1042,7 +1169,7 @@ DECLARE
   bytes bigint;
   gone_rows micromegas.lakehouse_partitions[];
 BEGIN
-  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+  IF NOT micromegas._mm_snapshot_per_statement() THEN
     RAISE EXCEPTION 'cannot drop materialized view "%" in a % transaction', OLD.view_set_name,
         upper(pg_catalog.current_setting('transaction_isolation'))
       USING ERRCODE = 'invalid_transaction_state',

@@ -430,6 +430,16 @@ $$;
 COMMENT ON FUNCTION micromegas.retire_partition_by_file(text) IS
   'Retire the one partition with this file';
 
+-- Whether each statement of this transaction sees what committed before it
+-- (READ COMMITTED, and READ UNCOMMITTED, which PostgreSQL runs as READ
+-- COMMITTED): what a check that waited for other writers needs.
+CREATE FUNCTION micromegas._mm_snapshot_per_statement() RETURNS boolean
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+  SELECT pg_catalog.current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')
+$$;
+COMMENT ON FUNCTION micromegas._mm_snapshot_per_statement() IS
+  'Whether each statement of the transaction takes its own snapshot (READ COMMITTED or READ UNCOMMITTED)';
+
 -- The daemon's claim of expired files: returns up to max_files expired
 -- files that no partition references, oldest first, each recorded as handed
 -- out (micromegas.file_claims) and its queue rows deleted. A path is taken
@@ -464,7 +474,7 @@ BEGIN
   END IF;
   -- The check below must see what the writers it waited for committed: a
   -- snapshot per statement.
-  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+  IF NOT micromegas._mm_snapshot_per_statement() THEN
     RAISE EXCEPTION 'mm_expired_files: call it in a READ COMMITTED transaction, not %',
         pg_catalog.upper(pg_catalog.current_setting('transaction_isolation'))
       USING ERRCODE = 'invalid_transaction_state',
@@ -918,7 +928,7 @@ DECLARE
   bytes bigint;
   gone_rows micromegas.lakehouse_partitions[];
 BEGIN
-  IF pg_catalog.current_setting('transaction_isolation') <> 'read committed' THEN
+  IF NOT micromegas._mm_snapshot_per_statement() THEN
     RAISE EXCEPTION 'cannot drop materialized view "%" in a % transaction', OLD.view_set_name,
         upper(pg_catalog.current_setting('transaction_isolation'))
       USING ERRCODE = 'invalid_transaction_state',
