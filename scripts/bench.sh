@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The benchmark: a release build of the extension in a throwaway cluster,
 # every figure beside a native PostgreSQL baseline from the same run.
-#   scripts/bench.sh            (MMV_BENCH_ROUNDS=100 by default; MMV_BENCH_ONLY=create|deny|jobs
-#                                runs only those rows; MMV_BENCH_PROFILE
+#   scripts/bench.sh            (MMV_BENCH_ROUNDS=100 by default; MMV_BENCH_ONLY=create|first|
+#                                deny|jobs|partitions runs only those rows; MMV_BENCH_PROFILE
 #                                picks another cargo profile than release)
 # Not part of the test suite. Prints one markdown table, then the FlightSQL
 # service's ratios and load run (scripts/bench_flight.sh; MMV_BENCH_ONLY=flight

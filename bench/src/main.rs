@@ -220,11 +220,13 @@ async fn main() {
     // within each, the extension and its native baseline alternate.
     let repeats = env("MMV_BENCH_REPEATS", 3).max(3);
     let mut runs: Vec<Vec<Row>> = Vec::new();
-    // MMV_BENCH_ONLY=create, first, deny or jobs: the definition writes'
-    // rows, the first call's, the deny list's, or the job queue's, alone.
+    // MMV_BENCH_ONLY=create, first, deny, jobs or partitions: the
+    // definition writes' rows, the first call's, the deny list's, the job
+    // queue's, or the partition store's, alone.
     let only = std::env::var("MMV_BENCH_ONLY").ok();
     for _ in 0..repeats {
         match only.as_deref() {
+            Some("partitions") => runs.push(Vec::new()),
             Some("deny") => runs.push(deny_rows(&connect(&dsn).await, rounds).await),
             Some("jobs") => runs.push(job_rows(&dsn, rounds).await),
             Some("create") => {
@@ -237,18 +239,20 @@ async fn main() {
                 reset_for_creates(&client).await;
                 runs.push(first_call_rows(&dsn, &client).await)
             }
-            Some(other) => panic!("MMV_BENCH_ONLY is create, first, deny or jobs, not {other}"),
+            Some(other) => panic!("MMV_BENCH_ONLY is create, first, deny, jobs or partitions, not {other}"),
             None => runs.push(one_run(&dsn, rounds).await),
         }
     }
     // The partition rows come after, so that their 1,000 view sets are not
     // among the definitions the rows above count.
     let partitions = env("MMV_BENCH_PARTITIONS", 1_000_000) as i64;
-    if only.is_none() {
+    if only.is_none() || only.as_deref() == Some("partitions") {
         fill_partitions(&connect(&dsn).await, partitions).await;
         for (repeat, rows) in runs.iter_mut().enumerate() {
             rows.extend(partition_rows(&dsn, rounds, repeat, partitions).await);
-            rows.extend(job_rows(&dsn, rounds).await);
+            if only.is_none() {
+                rows.extend(job_rows(&dsn, rounds).await);
+            }
         }
     }
     println!(
