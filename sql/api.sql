@@ -544,13 +544,10 @@ SELECT pg_catalog.pg_extension_config_dump('micromegas.jobs', '');
 -- Deny-rule hits (sql/access.sql; 0.1.5, last as the upgrade adds it).
 SELECT pg_catalog.pg_extension_config_dump('micromegas.query_deny_hits', '');
 
--- <comments>
 -- Every object of the extension has a comment (what \df+, \d+ and \dT+ show;
 -- regress 25_comments fails on one without; docs/sql-reference.md is generated
--- from them), beside its CREATE. These are the functions written in Rust
--- (src/pg/), which pgrx creates before this file runs.
--- </comments>
-
+-- from them), beside its CREATE: in these files, or beside the #[pg_extern]
+-- of a function written in Rust (src/pg/).
 
 -- Last: every privilege, from the matrix (sql/privileges.sql).
 SELECT micromegas._mm_apply_privileges();
