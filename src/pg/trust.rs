@@ -40,6 +40,15 @@ pub(crate) const KINDS: [&str; 5] = ["replace", "recheck", "restore", "load", "l
 /// any role's to write.
 const REPORTS: [&str; 3] = ["replaced", "created_job", "retired"];
 
+/// `kind` as one of `REPORTS`; any other is an error of `function`'s (a
+/// misspelt kind would otherwise never be reported, or never read).
+fn report_kind(function: &str, kind: &str) -> &'static str {
+    match REPORTS.iter().find(|k| **k == kind) {
+        Some(kind) => kind,
+        None => pgrx::error!("{function}: unknown report {kind:?}"),
+    }
+}
+
 /// Whether an intent of `kind` is anywhere on the stack.
 pub fn held(kind: &str) -> bool {
     INTENTS.with_borrow(|stack| stack.iter().any(|i| i.kind == kind))
@@ -202,11 +211,9 @@ mod micromegas {
     /// function whose statement fired it.
     #[pg_extern(volatile, name = "_mm_report")]
     fn report(kind: &str, value: &str) {
-        let Some(kind) = REPORTS.iter().find(|k| **k == kind) else {
-            pgrx::error!("_mm_report: unknown report {kind:?}");
-        };
+        let kind = report_kind("_mm_report", kind);
         REPORTED.with_borrow_mut(|reported| {
-            reported.retain(|(k, _)| k != kind);
+            reported.retain(|(k, _)| *k != kind);
             reported.push((kind, value.to_owned()));
         });
     }
@@ -220,6 +227,7 @@ mod micromegas {
     /// What was last reported of `kind`, forgotten once read (NULL: none).
     #[pg_extern(volatile, name = "_mm_take_report")]
     fn take_report(kind: &str) -> Option<String> {
+        let kind = report_kind("_mm_take_report", kind);
         REPORTED.with_borrow_mut(|reported| {
             let at = reported.iter().position(|(k, _)| *k == kind)?;
             Some(reported.remove(at).1)
